@@ -1,0 +1,1 @@
+"""rlsvr: RL with self-produced rewards (SpyRL / RLSVR and RLSR) in JAX."""

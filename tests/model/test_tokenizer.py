@@ -1,0 +1,250 @@
+"""Tests for rlsvr.model.tokenizer: Qwen3 ids equal tiktoken's, specials, chat template, cache."""
+import os
+import re
+import unicodedata
+
+from hypothesis import given, settings, strategies as st
+import pytest
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+
+from rlsvr.model import tokenizer as tokenizer_lib
+
+VARIED_TEXTS = [
+    "Hello, world!",
+    "",
+    " ",
+    "def f(x):\n\treturn x ** 2  # square\n\n\nclass A:\n    pass\n",
+    "for (int i = 0; i < n; ++i) { a[i] += b[i]; }",
+    "机器学习是人工智能的一个分支。日本語のテキスト、한국어 문장.",
+    "Emoji: 😀🎉👍🏽 👨‍👩‍👧‍👦 🇫🇷 ✨",
+    r"\int_0^\infty e^{-x^2}\,dx = \frac{\sqrt{\pi}}{2}, \boxed{42}",
+    "tabs\t\tand  spaces   and\n\n\nnewlines\r\n\r\nend   ",
+    "       leading and trailing whitespace     \n",
+    "Numbers: 1234567890, 3.14159, -42, 1e-10, 1,000,000 and ١٢٣ ½",
+    "I'm sure they're fine; we'll see. He'd've known. IT'S DON'T",
+    "Caf\u00e9 na\u00efve r\u00e9sum\u00e9 \u00c5ngstr\u00f6m",  # NFC
+    "Cafe\u0301 nai\u0308ve re\u0301sume\u0301 A\u030angstro\u0308m",  # NFD
+    "Mixed: Привет мир, Γειά σου, שלום, مرحبا, नमस्ते, สวัสดี, abc123xyz",
+    "zero\u200bwidth\u00a0nbsp\u3000ideographic\u2028line sep",
+    "<html><body class=\"x\">&amp;</body></html>",
+    "!!!???...---___***   ///\\\\",
+    "a" * 300,
+]
+
+
+@pytest.fixture(scope="module")
+def cache_root(tmp_path_factory):
+  return tmp_path_factory.mktemp("rlsvr_cache")
+
+
+@pytest.fixture(scope="module")
+def tok(cache_root):
+  return tokenizer_lib.qwen3_tokenizer(cache_dir=cache_root)
+
+
+@pytest.fixture(scope="module")
+def reference():
+  """tiktoken on the same ranks and pattern, without any added tokens."""
+  return tiktoken.Encoding(
+      name="qwen_ranks",
+      pat_str=tokenizer_lib.QWEN3_PATTERN,
+      mergeable_ranks=load_tiktoken_bpe(tokenizer_lib.qwen3_ranks_path()),
+      special_tokens={},
+  )
+
+
+def _nfc(text):
+  return unicodedata.normalize("NFC", text)
+
+
+_ADDED_IDS = {
+    content: tokenizer_lib.QWEN3_NUM_RANKS + i
+    for i, (content, _) in enumerate(tokenizer_lib.QWEN3_ADDED_TOKENS)
+}
+_ADDED_RE = re.compile("(" + "|".join(map(re.escape, _ADDED_IDS)) + ")")
+
+
+def _reference_encode(reference, text):
+  r"""Expected (ids, decoded text): added tokens are cut out first, the rest is NFC'd.
+
+  Normalising piece by piece matters: NFC may compose a combining mark with the
+  `>` that ends an added token (">\u0338" -> "\u226f").
+  """
+  ids, decoded = [], []
+  for i, piece in enumerate(_ADDED_RE.split(text)):
+    if i % 2:
+      ids.append(_ADDED_IDS[piece])
+      decoded.append(piece)
+    else:
+      ids.extend(reference.encode_ordinary(_nfc(piece)))
+      decoded.append(_nfc(piece))
+  return ids, "".join(decoded)
+
+
+def test_reference_ids(tok):
+  assert tok.encode("Hello, world!") == [9707, 11, 1879, 0]
+  assert tok.encode("<|im_start|>user\n") == [151644, 872, 198]
+
+
+@pytest.mark.parametrize("text", VARIED_TEXTS)
+def test_ids_equal_tiktoken(tok, reference, text):
+  ids = tok.encode(text)
+  assert ids == reference.encode_ordinary(_nfc(text))
+  assert tok.decode(ids) == _nfc(text)
+
+
+def test_digits_split_individually(tok):
+  assert tok.convert_ids_to_tokens(tok.encode("2024")) == ["2", "0", "2", "4"]
+
+
+def test_nfd_input_is_normalised(tok):
+  assert tok.encode("Cafe\u0301") == tok.encode("Caf\u00e9")
+
+
+# Hypothesis also draws string constants from the code under test, so added
+# tokens show up inside the random text.
+@settings(max_examples=50, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=64))
+def test_random_text_matches_tiktoken(tok, reference, text):
+  ids = tok.encode(text)
+  expected_ids, expected_text = _reference_encode(reference, text)
+  assert ids == expected_ids
+  assert tok.decode(ids) == expected_text
+
+
+def test_vocabulary_layout(tok):
+  assert len(tok) == 151_669
+  added = [content for content, _ in tokenizer_lib.QWEN3_ADDED_TOKENS]
+  assert len(added) == 26
+  assert tok.convert_ids_to_tokens(list(range(151_643, 151_669))) == added
+  assert tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"]) == [
+      151643, 151644, 151645,
+  ]
+  assert tok.convert_tokens_to_ids(["<think>", "</think>"]) == [151667, 151668]
+  assert (tok.eos_token, tok.eos_token_id) == ("<|im_end|>", 151645)
+  assert (tok.pad_token, tok.pad_token_id) == ("<|endoftext|>", 151643)
+  assert tok.bos_token is None
+  assert tok.model_max_length == 131_072
+
+
+def test_special_flags_match_qwen3(tok):
+  # Qwen3: the 14 control tokens are special; tool/fim/repo/think markers are not.
+  assert set(tok.all_special_ids) == set(range(151_643, 151_657))
+
+
+def test_added_tokens_in_text_are_single_ids(tok, reference):
+  text = "<|im_start|>user\nx<|im_end|><think>\ny\n</think><tool_call><|fim_prefix|><|endoftext|>"
+  ids = tok.encode(text)
+  assert ids == [151644, 872, 198, 87, 151645, 151667, 198, 88, 198, 151668, 151657, 151659, 151643]
+  assert _reference_encode(reference, text)[0] == ids
+  # The NFC pitfall of the reference helper: a combining mark after an added token.
+  assert tok.encode("<think>\u0338") == [151667] + reference.encode_ordinary("\u0338")
+  assert tok.decode(ids) == text
+  # Only the special ones are dropped.
+  kept = "user\nx<think>\ny\n</think><tool_call><|fim_prefix|>"
+  assert tok.decode(ids, skip_special_tokens=True) == kept
+
+
+def test_no_bos_or_eos_added(tok):
+  assert tok("hi")["input_ids"] == tok.encode("hi", add_special_tokens=False)
+
+
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "2+2?"},
+    {"role": "assistant", "content": "4"},
+    {"role": "user", "content": "Why?"},
+]
+EXPECTED_CHAT = (
+    "<|im_start|>system\nYou are terse.<|im_end|>\n"
+    "<|im_start|>user\n2+2?<|im_end|>\n"
+    "<|im_start|>assistant\n4<|im_end|>\n"
+    "<|im_start|>user\nWhy?<|im_end|>\n"
+)
+
+
+@pytest.mark.parametrize(
+    "kwargs, suffix",
+    [
+        ({}, ""),
+        ({"add_generation_prompt": True}, "<|im_start|>assistant\n"),
+        ({"add_generation_prompt": True, "enable_thinking": True}, "<|im_start|>assistant\n"),
+        (
+            {"add_generation_prompt": True, "enable_thinking": False},
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n",
+        ),
+        ({"add_generation_prompt": False, "enable_thinking": False}, ""),
+    ],
+)
+def test_chat_template_text(tok, kwargs, suffix):
+  assert tok.apply_chat_template(MESSAGES, tokenize=False, **kwargs) == EXPECTED_CHAT + suffix
+
+
+def test_chat_template_ids(tok):
+  messages = [{"role": "user", "content": "Hi"}]
+  ids = tok.apply_chat_template(
+      messages, tokenize=True, return_dict=False, add_generation_prompt=True, enable_thinking=False
+  )
+  # "assistant" = 77091, "\n\n" = 271, as in Qwen3's own non-thinking prompts.
+  assert list(ids) == [
+      151644, 872, 198, 13048, 151645, 198, 151644, 77091, 198, 151667, 271, 151668, 271,
+  ]
+
+
+def test_chat_template_rejects_unknown_role(tok):
+  with pytest.raises(Exception, match="Unsupported role: tool"):
+    tok.apply_chat_template([{"role": "tool", "content": "x"}], tokenize=False)
+
+
+def test_disk_cache_is_reused(tok, cache_root, monkeypatch):
+  cache_dir = cache_root / "qwen3_tokenizer"
+  assert (cache_dir / "tokenizer.json").is_file()
+  # No leftover temporary build directories next to it.
+  assert os.listdir(cache_root) == ["qwen3_tokenizer"]
+  monkeypatch.setenv("RLSVR_CACHE", str(cache_root))
+  assert tokenizer_lib.qwen3_tokenizer() is tok  # same directory: in-process cache
+
+  def no_build():
+    raise AssertionError("rebuilt although the cache exists")
+
+  monkeypatch.setattr(tokenizer_lib, "build_qwen3_tokenizer", no_build)
+  tokenizer_lib._load_or_build.cache_clear()
+  try:
+    fresh = tokenizer_lib.qwen3_tokenizer()
+  finally:
+    tokenizer_lib._load_or_build.cache_clear()
+  assert fresh is not tok
+  for text in VARIED_TEXTS:
+    assert fresh.encode(text) == tok.encode(text)
+  assert fresh.chat_template == tokenizer_lib.CHATML_TEMPLATE
+
+
+def test_losing_build_race_keeps_winner(tmp_path, monkeypatch):
+  final = tmp_path / "qwen3_tokenizer"
+  final.mkdir()
+  (final / "winner").write_text("complete")
+
+  class Loser:
+
+    def save_pretrained(self, path):
+      with open(os.path.join(path, "loser"), "w") as f:
+        f.write("late")
+
+  monkeypatch.setattr(tokenizer_lib, "build_qwen3_tokenizer", Loser)
+  tokenizer_lib._build_into(final)
+  assert os.listdir(final) == ["winner"]
+  assert os.listdir(tmp_path) == ["qwen3_tokenizer"]
+
+
+def test_load_tokenizer_on_saved_dir(tok, tmp_path):
+  tok.save_pretrained(tmp_path)
+  loaded = tokenizer_lib.load_tokenizer(tmp_path)
+  assert loaded.encode(VARIED_TEXTS[3]) == tok.encode(VARIED_TEXTS[3])
+  assert loaded.apply_chat_template(MESSAGES, tokenize=False) == EXPECTED_CHAT
+  assert loaded.eos_token_id == 151645
+
+
+def test_load_tokenizer_missing_dir(tmp_path):
+  with pytest.raises(FileNotFoundError):
+    tokenizer_lib.load_tokenizer(tmp_path / "absent")
