@@ -1,0 +1,1 @@
+"""Environments: the seam between the trainer and a paper (see base.py)."""

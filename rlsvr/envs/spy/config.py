@@ -1,0 +1,120 @@
+"""Configuration of the spy game: one frozen dataclass with per-task defaults."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rlsvr.envs.spy import mechanics
+
+TASKS = ("summarisation", "writing", "math")
+VARIANTS = ("parallel", "sequential", "no_spy")
+_TASK_ALIASES = {"summarization": "summarisation", "summary": "summarisation",
+                 "story": "writing", "creative_writing": "writing"}
+
+# Per task: players, detectors per game, mask fraction, truncation in words (DESIGN.md).
+_TASK_DEFAULTS = {
+    "summarisation": dict(num_players=4, rollout_n=8, mask_fraction=0.2, truncate_words=16000),
+    "writing": dict(num_players=5, rollout_n=8, mask_fraction=0.2, truncate_words=128),
+    "math": dict(num_players=5, rollout_n=4, mask_fraction=0.4, truncate_words=1000),
+}
+
+
+def canonical_task(task: str) -> str:
+  """The canonical task name ("summarisation", "writing", "math")."""
+  name = _TASK_ALIASES.get(task, task)
+  if name not in TASKS:
+    raise ValueError(f"unknown spy task {task!r}; expected one of {TASKS}")
+  return name
+
+
+@dataclasses.dataclass(frozen=True)
+class SpyGameConfig:
+  """How a spy game is played and rewarded.
+
+  Attributes:
+    task: "summarisation", "writing" or "math".
+    num_players: players per game (n), numbered 1..n.
+    rollout_n: detectors per game; they all judge the same game.
+    mask_fraction: share of the spy's characters masked (stated in prompts).
+    truncate_words: inputs are cut to their first this-many words.
+    rounds: how many times every player writes (later rounds see earlier ones).
+    variant: "parallel" (seeded spy), "sequential" (players see earlier
+      outputs, the spy speaks last) or "no_spy" (nobody is masked; the most
+      voted player takes the spy's reward; clue phase only).
+    spy_view: "masked" (the spy gets the masked input) or "none" (the spy gets
+      no input; the sequential variant's writing and math setting).
+    vote_pick: which box of a detector response is its vote: "last" or "first".
+    detection_reward: "paper" (1 for the spy) or "released" (the shaping).
+    beta, lam: performance-reward coefficients β and λ.
+    baseline_momentum: momentum of the per-role EMA reward baselines.
+    training_phase: "interactive", "clue" or "decision".
+    cycle_length: steps per phase when interactive.
+    joint: train players and detectors every step, whatever the phase.
+    player_max_new_tokens, detector_max_new_tokens: per-phase length limits.
+    sampling: extra keyword arguments passed to every `sample` call
+      (temperature, top_p, ...). A dict, so the config is not hashable.
+  """
+
+  task: str = "summarisation"
+  num_players: int = 4
+  rollout_n: int = 8
+  mask_fraction: float = 0.2
+  truncate_words: int = 16000
+  rounds: int = 1
+  variant: str = "parallel"
+  spy_view: str = "masked"
+  vote_pick: str = "last"
+  detection_reward: str = "paper"
+  beta: float = 0.1
+  lam: float = 0.1
+  baseline_momentum: float = 0.9
+  training_phase: str = "interactive"
+  cycle_length: int = 1
+  joint: bool = False
+  player_max_new_tokens: int = 4096
+  detector_max_new_tokens: int = 4096
+  sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    object.__setattr__(self, "task", canonical_task(self.task))
+    checks = [
+        (self.variant in VARIANTS, f"variant must be one of {VARIANTS}"),
+        (self.spy_view in ("masked", "none"), "spy_view must be 'masked' or 'none'"),
+        (self.num_players >= 2, "num_players must be >= 2"),
+        (self.rollout_n >= 1, "rollout_n must be >= 1"),
+        (self.rounds >= 1, "rounds must be >= 1"),
+        (0.0 <= self.mask_fraction <= 1.0, "mask_fraction must be in [0, 1]"),
+        (self.truncate_words >= 1, "truncate_words must be >= 1"),
+        (self.vote_pick in ("last", "first"), "vote_pick must be 'last' or 'first'"),
+        (self.detection_reward in mechanics.DETECTION_MODES,
+         f"detection_reward must be one of {mechanics.DETECTION_MODES}"),
+        (self.training_phase in mechanics.TRAINING_PHASES,
+         f"training_phase must be one of {mechanics.TRAINING_PHASES}"),
+        (self.cycle_length >= 1, "cycle_length must be >= 1"),
+        (0.0 <= self.baseline_momentum <= 1.0, "baseline_momentum must be in [0, 1]"),
+        (self.variant != "no_spy" or (self.training_phase == "clue" and not self.joint),
+         "the no_spy ablation trains the clue phase only (training_phase='clue', joint=False)"),
+    ]
+    for ok, message in checks:
+      if not ok:
+        raise ValueError(f"SpyGameConfig: {message}")
+
+  @classmethod
+  def for_task(cls, task: str, variant: str = "parallel", **overrides: Any) -> SpyGameConfig:
+    """DESIGN.md defaults for `task` and `variant`, then `overrides`.
+
+    Sequential is the two-player game: summarisation masks 50%, writing and
+    math give the spy no input. The no-spy ablation trains the clue phase.
+    """
+    task = canonical_task(task)
+    fields: dict[str, Any] = dict(task=task, variant=variant, **_TASK_DEFAULTS[task])
+    if variant == "sequential":
+      fields["num_players"] = 2
+      if task == "summarisation":
+        fields["mask_fraction"] = 0.5
+      else:
+        fields["spy_view"] = "none"
+    elif variant == "no_spy":
+      fields["training_phase"] = "clue"
+    fields.update(overrides)
+    return cls(**fields)

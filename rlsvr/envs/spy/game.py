@@ -1,0 +1,269 @@
+"""The spy game as an `Environment`: parallel, sequential and no-spy variants.
+
+One game per source item per step. Sampler calls are batched over games: the
+parallel and no-spy variants make one call per round for all players of all
+games, the sequential variant one call per turn; then one call for all
+detectors of all games, who all judge the same game.
+
+Rewards: `Trajectory.reward` is the raw reward minus the role's EMA baseline
+(roles "spy", "civilian", "detector"), ready for group normalisation. The
+baselines fold in the batch's role means first and are then subtracted (see
+`mechanics.RoleBaselines`); raw rewards are kept in the records and metrics,
+and `state_dict` holds the baselines for checkpoints.
+
+Groups: the players of game g (all rounds) form group 2g, its detectors
+group 2g + 1. Rows of the phase not trained this step have `trained=False`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from rlsvr.envs.base import Completion, EpisodeBatch, SampleFn, Trajectory
+from rlsvr.envs.spy import mechanics, prompts, records
+from rlsvr.envs.spy.config import SpyGameConfig
+
+ROLES = ("spy", "civilian", "detector")
+
+
+@dataclasses.dataclass
+class _Turn:
+  """One player output (one round of one player)."""
+
+  round: int
+  player: int
+  prompt: str
+  prompt_ids: list[int]
+  completion: Completion
+  text: str
+  public: mechanics.PublicOutput
+
+
+@dataclasses.dataclass
+class _Game:
+  index: int
+  item_id: str
+  reference: str
+  spy: int | None  # 1-based; the no-spy variant fills it in from the votes
+  views: list[str | None]  # per player, index k - 1
+  mask: mechanics.MaskedText | None
+  turns: list[_Turn] = dataclasses.field(default_factory=list)
+  detection_prompt: str = ""
+  detection_ids: list[int] = dataclasses.field(default_factory=list)
+  detectors: list[tuple[Completion, str, mechanics.VoteParse]] = dataclasses.field(
+      default_factory=list)
+
+  def public_outputs(self) -> list[tuple[int, int, str]]:
+    return [(t.round, t.player, t.public.text) for t in self.turns]
+
+
+def item_fields(item: Any, index: int) -> tuple[str, str]:
+  """(id, text) of a source item: a str, a mapping with "text", or an object with `.text`."""
+  if isinstance(item, str):
+    return str(index), item
+  if isinstance(item, Mapping):
+    return str(item.get("id", index)), str(item["text"])
+  return str(getattr(item, "id", index)), str(item.text)
+
+
+class SpyGame:
+  """Plays spy games; implements `rlsvr.envs.base.Environment`."""
+
+  def __init__(
+      self,
+      config: SpyGameConfig,
+      tokenizer: Any,
+      *,
+      chat_template_kwargs: Mapping[str, Any] | None = None,
+      record_prompts: bool = False,
+  ):
+    """Args:
+      config: the game.
+      tokenizer: HF-like tokenizer with `apply_chat_template` and `decode`.
+      chat_template_kwargs: extra arguments for `apply_chat_template`.
+      record_prompts: keep every prompt in the JSONL records (large for long
+        documents: prompts can be rebuilt from a record with `prompts`).
+        The text record always shows its game's prompts.
+    """
+    self.config = config
+    self.tokenizer = tokenizer
+    self.chat_template_kwargs = dict(chat_template_kwargs or {})
+    self.record_prompts = record_prompts
+    self.baselines = mechanics.RoleBaselines(config.baseline_momentum)
+
+  def state_dict(self) -> dict[str, Any]:
+    return {"baselines": self.baselines.state_dict()}
+
+  def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    self.baselines.load_state_dict(dict(state["baselines"]))
+
+  def encode(self, text: str) -> list[int]:
+    """Prompt ids: `text` as one user message through the chat template."""
+    out = self.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=True, add_generation_prompt=True,
+        **self.chat_template_kwargs)
+    if isinstance(out, Mapping):  # transformers 5 may return a BatchEncoding
+      out = out["input_ids"]
+    return [int(t) for t in out]
+
+  def decode(self, ids: Sequence[int]) -> str:
+    return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+  def _sample(self, sample: SampleFn, prompt_ids: list[list[int]], max_new_tokens: int):
+    completions = list(sample(prompt_ids, max_new_tokens=max_new_tokens, **self.config.sampling))
+    if len(completions) != len(prompt_ids):
+      raise ValueError(f"sample returned {len(completions)} completions for {len(prompt_ids)} "
+                       "prompts")
+    return completions
+
+  def _new_game(self, index: int, item: Any, rng: np.random.Generator) -> _Game:
+    cfg = self.config
+    item_id, text = item_fields(item, index)
+    reference = mechanics.truncate_words(text, cfg.truncate_words)
+    views: list[str | None] = [reference] * cfg.num_players
+    if cfg.variant == "no_spy":
+      return _Game(index, item_id, reference, None, views, None)
+    if cfg.variant == "sequential":
+      spy = cfg.num_players
+    else:
+      spy = int(rng.integers(1, cfg.num_players + 1))
+    mask = None
+    if cfg.spy_view == "masked":
+      mask = mechanics.mask_span(reference, cfg.mask_fraction, rng)
+      views[spy - 1] = mask.text
+    else:
+      views[spy - 1] = None
+    return _Game(index, item_id, reference, spy, views, mask)
+
+  def _turn_order(self) -> list[list[int]]:
+    """Players per sampler call, in order, over all rounds."""
+    cfg = self.config
+    players = list(range(1, cfg.num_players + 1))
+    per_round = [[p] for p in players] if cfg.variant == "sequential" else [players]
+    return [slot for _ in range(cfg.rounds) for slot in per_round]
+
+  def _perform(self, games: list[_Game], sample: SampleFn) -> None:
+    cfg = self.config
+    for call, slot in enumerate(self._turn_order()):
+      round_ = call // (cfg.num_players if cfg.variant == "sequential" else 1) + 1
+      pending = []
+      for game in games:
+        earlier = game.public_outputs()
+        for player in slot:
+          text = prompts.player_prompt(
+              cfg, player=player, is_spy=game.spy == player, view=game.views[player - 1],
+              earlier=earlier)
+          pending.append((game, player, text, self.encode(text)))
+      completions = self._sample(sample, [p[3] for p in pending], cfg.player_max_new_tokens)
+      for (game, player, text, ids), completion in zip(pending, completions):
+        output = self.decode(completion.ids)
+        game.turns.append(_Turn(round_, player, text, ids, completion, output,
+                                mechanics.public_output(output, cfg.task)))
+
+  def _detect(self, games: list[_Game], sample: SampleFn) -> None:
+    cfg = self.config
+    for game in games:
+      game.detection_prompt = prompts.detector_prompt(
+          cfg, reference=game.reference, outputs=game.public_outputs())
+      game.detection_ids = self.encode(game.detection_prompt)
+    prompt_ids = [game.detection_ids for game in games for _ in range(cfg.rollout_n)]
+    completions = self._sample(sample, prompt_ids, cfg.detector_max_new_tokens)
+    for i, completion in enumerate(completions):
+      game = games[i // cfg.rollout_n]
+      response = self.decode(completion.ids)
+      parsed = mechanics.parse_vote_detail(response, cfg.num_players, cfg.vote_pick)
+      game.detectors.append((completion, response, parsed))
+
+  def play(
+      self,
+      items: Sequence[Any],
+      sample: SampleFn,
+      rng: np.random.Generator,
+      step: int,
+  ) -> EpisodeBatch:
+    """Plays one game per item; see the module docstring for rewards and groups."""
+    cfg = self.config
+    phase = "clue" if cfg.variant == "no_spy" else mechanics.phase_at(
+        step, cfg.training_phase, cfg.cycle_length)
+    games = [self._new_game(i, item, rng) for i, item in enumerate(items)]
+    self._perform(games, sample)
+    self._detect(games, sample)
+
+    rows: list[tuple[_Game, Any, Trajectory, float]] = []  # game, source, row, raw reward
+    perf: list[list[float]] = []
+    for game in games:
+      votes = [parsed.vote for _, _, parsed in game.detectors]
+      if game.spy is None:
+        game.spy = mechanics.most_voted(votes, cfg.num_players)
+      rewards = mechanics.performance_rewards(votes, game.spy, cfg.num_players, cfg.beta, cfg.lam)
+      perf.append(rewards)
+      for turn in game.turns:
+        role = "spy" if turn.player == game.spy else "civilian"
+        rows.append((game, turn, self._row(turn.prompt_ids, turn.completion, 2 * game.index, role,
+                                           phase == "clue" or cfg.joint), rewards[turn.player - 1]))
+      for det in game.detectors:
+        raw = mechanics.detection_reward(det[2].vote, game.spy, cfg.detection_reward)
+        rows.append((game, det, self._row(game.detection_ids, det[0], 2 * game.index + 1,
+                                          "detector", phase == "decision" or cfg.joint), raw))
+
+    raw_rewards = [raw for *_, raw in rows]
+    baselines = self.baselines.update(raw_rewards, [row.role for _, _, row, _ in rows])
+    for _, _, row, raw in rows:
+      row.reward = raw - baselines[row.role]
+
+    recs = [records.game_record(game, step, phase, cfg, perf[game.index], baselines,
+                                [(src, row, raw) for g, src, row, raw in rows if g is game])
+            for game in games]
+    record_text = records.format_game(recs[0]) if recs else ""
+    if not self.record_prompts:
+      recs = [records.without_prompts(rec) for rec in recs]
+    return EpisodeBatch(
+        trajectories=[row for _, _, row, _ in rows],
+        metrics=self._metrics(games, rows, phase, baselines),
+        record_text=record_text,
+        records=recs,
+    )
+
+  @staticmethod
+  def _row(prompt_ids, completion: Completion, group: int, role: str, trained: bool) -> Trajectory:
+    return Trajectory(prompt_ids=list(prompt_ids), completion_ids=list(completion.ids),
+                      logprobs=list(completion.logprobs), reward=0.0, group_id=group, role=role,
+                      trained=trained, finish_reason=completion.finish_reason)
+
+  def _metrics(self, games, rows, phase, baselines) -> dict[str, float]:
+    votes = [(parsed.vote, game.spy) for game in games for _, _, parsed in game.detectors]
+    valid = [(v, s) for v, s in votes if isinstance(v, int)]
+    n_votes = max(len(votes), 1)
+    metrics = {
+        "spy/games": float(len(games)),
+        "spy/phase_decision": float(phase == "decision"),
+        "spy/detect_acc": sum(v == s for v, s in votes) / n_votes,
+        "spy/abstain_rate": sum(v == mechanics.ABSTAIN for v, _ in votes) / n_votes,
+        "spy/invalid_vote_rate": sum(v is None for v, _ in votes) / n_votes,
+        # Among valid votes only; 0 when a step has none.
+        "spy/votes_for_spy": sum(v == s for v, s in valid) / max(len(valid), 1),
+        "spy/spy_most_voted": float(np.mean([_spy_strictly_most_voted(g, self.config.num_players)
+                                             for g in games])) if games else 0.0,
+        "spy/player_format_ok": float(np.mean([t.public.ok for g in games for t in g.turns]))
+                                if games else 0.0,
+    }
+    for role in ROLES:
+      role_rows = [(row, raw) for _, _, row, raw in rows if row.role == role]
+      if not role_rows:
+        continue
+      name = "detection_reward" if role == "detector" else f"perf_reward_{role}"
+      metrics[f"spy/{name}"] = float(np.mean([raw for _, raw in role_rows]))
+      metrics[f"spy/baseline/{role}"] = baselines[role]
+      metrics[f"spy/response_length/{role}"] = float(np.mean(
+          [len(row.completion_ids) for row, _ in role_rows]))
+      metrics[f"spy/clip_ratio/{role}"] = float(np.mean(
+          [row.finish_reason == "length" for row, _ in role_rows]))
+    return metrics
+
+
+def _spy_strictly_most_voted(game: _Game, num_players: int) -> bool:
+  counts = mechanics.vote_counts([p.vote for _, _, p in game.detectors], num_players)
+  spy_count = counts[game.spy - 1]
+  return spy_count > 0 and all(c < spy_count for k, c in enumerate(counts) if k != game.spy - 1)

@@ -1,0 +1,163 @@
+"""Prompt builders for the spy game: the performing and the detection phase.
+
+Our own wording, structured as DESIGN.md asks: the game and its stakes, the
+player's role line, the task's constraints and output format; for detectors
+the full reference, what to look for per task, the vote format and the
+players' public outputs. Prompts state the run's true mask fraction.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from rlsvr.envs.spy.config import SpyGameConfig
+
+NO_ANSWER = "(no answer)"
+
+
+@dataclasses.dataclass(frozen=True)
+class _TaskText:
+  doc: str  # what the input is called
+  work: str  # what a player writes
+  instruction: str
+  output_format: str
+  look_for: str
+
+
+_ANSWER_FORMAT = (
+    "You may think first. Then write a line that starts with `Answer:` followed by your final "
+    "{work}. Only the text after `Answer:` is shown to the other players and the judges.")
+
+_TASKS = {
+    "summarisation": _TaskText(
+        doc="report",
+        work="summary",
+        instruction=("Write a faithful, self-contained summary of the report in about 150 to 300 "
+                     "words: its purpose, its main findings and any recommendations. Do not "
+                     "invent facts."),
+        output_format=_ANSWER_FORMAT.format(work="summary"),
+        look_for=("a summary that skips, blurs or guesses at one part of the report while covering "
+                  "the rest well; vague wording or invented details exactly where a span of the "
+                  "report could have been hidden; facts, numbers or names that the report states "
+                  "but one player never uses."),
+    ),
+    "writing": _TaskText(
+        doc="writing prompt",
+        work="story",
+        instruction=("Write a short original story (about 200 to 400 words) that answers the "
+                     "writing prompt: follow every element of the prompt and make it vivid."),
+        output_format=_ANSWER_FORMAT.format(work="story"),
+        look_for=("a story that ignores or bends one element of the prompt, stays generic where "
+                  "the prompt is specific, or works around a detail it seems not to know; "
+                  "compare each story with every element of the prompt."),
+    ),
+    "math": _TaskText(
+        doc="document",
+        work="math problem with its solution",
+        instruction=("Design one well-posed math problem grounded in the document's content and "
+                     "solve it. The problem must be answerable from the document's facts and have "
+                     "one final answer."),
+        output_format=("You may work it out first. Then put the problem, a short solution and the "
+                       "final answer inside one `\\boxed{...}`, e.g. `\\boxed{Problem: ... "
+                       "Solution: ... Answer: ...}`. Only the content of your first complete "
+                       "`\\boxed{...}` is shown to the other players and the judges."),
+        look_for=("a problem that avoids the document's key quantities or definitions, uses a "
+                  "number or relation the document does not support, or is oddly generic; check "
+                  "each problem and answer against the document."),
+    ),
+}
+
+
+def _pct(fraction: float) -> str:
+  return f"{fraction:.0%}"
+
+
+def _spy_handicap(config: SpyGameConfig) -> str:
+  text = _TASKS[config.task]
+  if config.spy_view == "none":
+    return f"received no {text.doc} at all"
+  return (f"received a copy in which one contiguous span of {_pct(config.mask_fraction)} of the "
+          "characters is replaced by `*` characters")
+
+
+def _game_rules(config: SpyGameConfig, speaker: str) -> str:
+  text = _TASKS[config.task]
+  order = ("Players write one after another and see the earlier players' outputs; the spy "
+           "writes last. " if config.variant == "sequential" else "")
+  rounds = (f"Every player writes {config.rounds} times; later rounds see earlier outputs. "
+            if config.rounds > 1 else "")
+  return (
+      f"{speaker} a game of \"who is the spy\" with {config.num_players} players. Every player "
+      f"received the same {text.doc}, except one player, the spy, who {_spy_handicap(config)}. "
+      f"Each player writes a {text.work}. {order}{rounds}Then judges read every player's "
+      f"output next to the full {text.doc} and vote for the player they think is the spy. "
+      "Civilians win when the judges find the spy and do not suspect them; the spy wins by "
+      "blending in.")
+
+
+def format_outputs(outputs: Sequence[tuple[int, int, str]], rounds: int) -> str:
+  """`Player k: ...` lines for (round, player, public text) triples."""
+  lines = []
+  for round_, player, public in outputs:
+    label = f"Player {player}" + (f" (round {round_})" if rounds > 1 else "")
+    lines.append(f"{label}: {public or NO_ANSWER}")
+  return "\n\n".join(lines)
+
+
+def player_prompt(
+    config: SpyGameConfig,
+    *,
+    player: int,
+    is_spy: bool,
+    view: str | None,
+    earlier: Sequence[tuple[int, int, str]] = (),
+) -> str:
+  """The performing-phase prompt for one player.
+
+  Args:
+    config: the game.
+    player: the player's number (1-based).
+    is_spy: whether this prompt tells the player it is the spy.
+    view: the player's copy of the input (masked for the spy), or None when
+      the player gets no input.
+    earlier: (round, player, public output) of the outputs this player sees.
+  """
+  text = _TASKS[config.task]
+  if is_spy:
+    if view is None:
+      role = (f"You are Player {player} and you are the spy: you did not receive the {text.doc}. "
+              f"Write a {text.work} that looks as if you had read it.")
+    else:
+      role = (f"You are Player {player} and you are the spy: your copy of the {text.doc} has one "
+              f"contiguous span of {_pct(config.mask_fraction)} of its characters replaced by `*`. "
+              f"Write a {text.work} that does not reveal that anything was missing.")
+  else:
+    role = (f"You are Player {player}. You are not the spy: your copy of the {text.doc} is "
+            f"complete. Write a {text.work} that shows you know the whole {text.doc}, so the "
+            "judges can tell you apart from the spy.")
+  parts = [_game_rules(config, "You are playing"), role, f"Task: {text.instruction}"]
+  if view is not None:
+    parts.append(f"<{text.doc}>\n{view}\n</{text.doc}>")
+  if earlier:
+    parts.append("Outputs of the players so far:\n\n" + format_outputs(earlier, config.rounds))
+  parts.append(f"Format: {text.output_format}")
+  return "\n\n".join(parts)
+
+
+def detector_prompt(
+    config: SpyGameConfig,
+    *,
+    reference: str,
+    outputs: Sequence[tuple[int, int, str]],
+) -> str:
+  """The detection-phase prompt: the full reference and every public output."""
+  text = _TASKS[config.task]
+  return "\n\n".join([
+      _game_rules(config, "You are the judge of"),
+      f"The full, unmasked {text.doc}:\n<{text.doc}>\n{reference}\n</{text.doc}>",
+      f"What to look for: {text.look_for}",
+      "The players' outputs:\n\n" + format_outputs(outputs, config.rounds),
+      (f"Reason briefly, then give your vote as `\\boxed{{k}}` with k the number (1 to "
+       f"{config.num_players}) of the player you think is the spy, or `\\boxed{{N/A}}` if you "
+       "cannot tell. Write exactly one `\\boxed{}`."),
+  ])

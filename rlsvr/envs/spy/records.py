@@ -1,0 +1,140 @@
+"""The spy game's records: one dict per game (JSONL) and the rollouts.txt text.
+
+A record holds every fact of a game: step, phase, item, spy, the mask, each
+player's prompt, output, public output and what went wrong with it, the
+detection prompt, each detector's response, parsed vote (or why it is
+invalid), correctness and reward, the vote counts and the performance
+rewards. Rewards appear raw and after the role baseline ("reward").
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping, Sequence
+
+from rlsvr.envs.base import EpisodeBatch, Trajectory
+
+_RULE = "=" * 100
+_THIN = "-" * 100
+
+
+def game_record(
+    game: Any,
+    step: int,
+    phase: str,
+    config: Any,
+    perf_rewards: Sequence[float],
+    baselines: Mapping[str, float],
+    rows: Sequence[tuple[Any, Trajectory, float]],
+) -> dict[str, Any]:
+  """The JSON-serialisable record of one played game.
+
+  `game` is the game's state in `game.py`, `config` its `SpyGameConfig`;
+  `rows` are the game's (source, trajectory, raw reward) triples, where the
+  source is a player turn or a detector (completion, response, parsed vote).
+  """
+  players, detectors = [], []
+  for source, row, raw in rows:
+    common = dict(role=row.role, finish_reason=row.finish_reason,
+                  num_tokens=len(row.completion_ids), trained=row.trained, reward_raw=raw,
+                  reward=row.reward)
+    if row.role == "detector":
+      _, response, parsed = source
+      detectors.append(dict(detector=len(detectors) + 1, response=response, vote=parsed.vote,
+                            status=parsed.status, box=parsed.box, correct=parsed.vote == game.spy,
+                            **common))
+    else:
+      players.append(dict(player=source.player, round=source.round, prompt=source.prompt,
+                          output=source.text, public=source.public.text,
+                          public_status=source.public.status, **common))
+  votes = [d["vote"] for d in detectors]
+  return dict(
+      step=step, phase=phase, game=game.index, item_id=game.item_id, task=config.task,
+      variant=config.variant, num_players=config.num_players, spy=game.spy,
+      spy_view=config.spy_view,
+      mask=None if game.mask is None else dict(start=game.mask.start, length=game.mask.length),
+      reference=game.reference, players=players, detection_prompt=game.detection_prompt,
+      detectors=detectors,
+      vote_counts=[sum(v == k for v in votes if isinstance(v, int))
+                   for k in range(1, config.num_players + 1)],
+      perf_rewards=list(perf_rewards), baselines=dict(baselines))
+
+
+def without_prompts(record: Mapping[str, Any]) -> dict[str, Any]:
+  """A copy of `record` without the (large, rebuildable) prompts."""
+  out = dict(record)
+  out["players"] = [{k: v for k, v in p.items() if k != "prompt"} for p in record["players"]]
+  out.pop("detection_prompt", None)
+  return out
+
+
+def _vote_text(vote) -> str:
+  return "invalid" if vote is None else str(vote)
+
+
+def format_game(record: Mapping[str, Any]) -> str:
+  """The human-readable rollouts.txt block of one game."""
+  mask = record["mask"]
+  mask_text = (f"chars [{mask['start']}, {mask['start'] + mask['length']}) masked"
+               if mask else f"spy view: {record['spy_view']}")
+  lines = [
+      _RULE,
+      f"step {record['step']} | phase {record['phase']} | game {record['game']} "
+      f"(item {record['item_id']}) | task {record['task']} | variant {record['variant']}",
+      f"spy: Player {record['spy']} | {mask_text}",
+      _RULE,
+  ]
+  for p in record["players"]:
+    lines += [
+        f"### Player {p['player']} (round {p['round']}, {p['role']}) prompt:",
+        p.get("prompt", "(not recorded)"),
+        f"### Player {p['player']} output ({p['num_tokens']} tokens, {p['finish_reason']}):",
+        p["output"],
+        f"### Player {p['player']} public output [{p['public_status']}]:",
+        p["public"] or "(empty)",
+        _THIN,
+    ]
+  lines += ["### Detection prompt:", record.get("detection_prompt", "(not recorded)"), _THIN]
+  for d in record["detectors"]:
+    lines += [
+        f"### Detector {d['detector']} response ({d['num_tokens']} tokens, {d['finish_reason']}):",
+        d["response"],
+        f">>> vote {_vote_text(d['vote'])} [{d['status']}] | correct {d['correct']} | "
+        f"reward {d['reward_raw']:.4f} (after baseline {d['reward']:.4f})",
+        _THIN,
+    ]
+  lines.append(f"vote counts: {record['vote_counts']}")
+  for k, reward in enumerate(record["perf_rewards"], start=1):
+    role = "spy" if k == record["spy"] else "civilian"
+    lines.append(f"Player {k} ({role}): performance reward {reward:+.4f}")
+  lines.append(f"baselines: {json.dumps(record['baselines'], sort_keys=True)}")
+  return "\n".join(lines) + "\n"
+
+
+class RolloutWriter:
+  """Appends each step's game to `workdir/rollouts.txt` and writes its JSONL.
+
+  The JSONL goes to `workdir/rollouts/step_XXXXXXXX.jsonl`, one game a line.
+  The text file is flushed every step so `tail -f` follows training.
+  """
+
+  def __init__(self, workdir: str):
+    self.workdir = workdir
+    os.makedirs(os.path.join(workdir, "rollouts"), exist_ok=True)
+
+  @property
+  def text_path(self) -> str:
+    return os.path.join(self.workdir, "rollouts.txt")
+
+  def jsonl_path(self, step: int) -> str:
+    return os.path.join(self.workdir, "rollouts", f"step_{step:08d}.jsonl")
+
+  def write(self, step: int, batch: EpisodeBatch) -> None:
+    with open(self.text_path, "a", encoding="utf-8") as f:
+      f.write(batch.record_text)
+      f.flush()
+    tmp = self.jsonl_path(step) + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+      for record in batch.records:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(tmp, self.jsonl_path(step))

@@ -1,0 +1,273 @@
+"""Tests for rlsvr.envs.spy.game: scripted full games of every task and variant."""
+import functools
+import json
+import math
+import random
+import re
+
+import numpy as np
+import pytest
+
+from rlsvr.data import bundled_corpus
+from rlsvr.envs.base import Completion
+from rlsvr.envs.spy import SpyGame, SpyGameConfig, mechanics
+from rlsvr.envs.spy.game import item_fields
+
+from .fakes import EOS, ByteTokenizer, ScriptedPolicy, spy_finding_detector, spy_marker_player
+
+TASKS = ("summarisation", "writing", "math")
+
+
+def _play(config, items, policy=None, step=1, seed=0, tokenizer=None):
+  tokenizer = tokenizer or ByteTokenizer()
+  policy = policy or ScriptedPolicy(
+      tokenizer, functools.partial(spy_marker_player, task=config.task), spy_finding_detector)
+  env = SpyGame(config, tokenizer, record_prompts=True)
+  batch = env.play(items, policy, np.random.default_rng(seed), step)
+  return env, policy, batch
+
+
+def _players(batch, game):
+  return [r for r in batch.trajectories if r.group_id == 2 * game]
+
+
+def _detectors(batch, game):
+  return [r for r in batch.trajectories if r.group_id == 2 * game + 1]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_parallel_game(task):
+  config = SpyGameConfig.for_task(task, rollout_n=3, sampling={"temperature": 0.7})
+  items = bundled_corpus(task)[:4]
+  env, policy, batch = _play(config, items)
+  n, games = config.num_players, len(items)
+
+  # Two batched calls: all players of all games, then all detectors.
+  assert [len(texts) for texts, _ in policy.calls] == [games * n, games * config.rollout_n]
+  assert policy.calls[0][1] == {"max_new_tokens": config.player_max_new_tokens, "temperature": 0.7}
+  assert policy.calls[1][1]["max_new_tokens"] == config.detector_max_new_tokens
+  assert len(batch.records) == games and len(batch.trajectories) == games * (n + 3)
+
+  spies = set()
+  for g, record in enumerate(batch.records):
+    spy, reference = record["spy"], record["reference"]
+    spies.add(spy)
+    assert reference == mechanics.truncate_words(items[g].text, config.truncate_words)
+    mask = record["mask"]
+    assert mask["length"] == mechanics.span_length(len(reference), config.mask_fraction)
+    masked = (reference[:mask["start"]] + "*" * mask["length"]
+              + reference[mask["start"] + mask["length"]:])
+    for p in record["players"]:
+      is_spy = p["player"] == spy
+      # The spy, and only the spy, sees the masked copy and is told so.
+      assert (masked in p["prompt"]) == is_spy
+      assert (reference in p["prompt"]) != is_spy
+      assert ("you are the spy" in p["prompt"]) == is_spy
+      assert f"{config.mask_fraction:.0%}" in p["prompt"]
+      assert p["role"] == ("spy" if is_spy else "civilian")
+    # Every detector judges the same game, with every public output in it.
+    detector_prompts = {tuple(r.prompt_ids) for r in _detectors(batch, g)}
+    assert len(detector_prompts) == 1
+    assert all(p["public"] in record["detection_prompt"] for p in record["players"])
+    assert reference in record["detection_prompt"]
+    assert [d["vote"] for d in record["detectors"]] == [spy] * 3
+    assert record["vote_counts"][spy - 1] == 3
+    assert [r.role for r in _players(batch, g)].count("spy") == 1
+    assert {r.role for r in _detectors(batch, g)} == {"detector"}
+  assert batch.metrics["spy/detect_acc"] == 1.0
+  assert batch.metrics["spy/invalid_vote_rate"] == 0.0
+  assert batch.metrics["spy/spy_most_voted"] == 1.0
+  assert batch.metrics["spy/perf_reward_spy"] == pytest.approx(-0.1 * 3)
+
+
+def test_spy_choice_is_seeded_and_uniform():
+  config = SpyGameConfig.for_task("writing", rollout_n=1)
+  items = bundled_corpus("writing")
+  spies = lambda seed: [r["spy"] for r in _play(config, items, seed=seed)[2].records]
+  assert spies(1) == spies(1)
+  counts = np.bincount(spies(1) + spies(2) + spies(3) + spies(4), minlength=6)[1:]
+  assert len(counts) == 5 and counts.min() >= 8  # 96 games over 5 players
+
+
+def test_rewards_baselines_and_phases():
+  config = SpyGameConfig.for_task("summarisation", rollout_n=2)
+  env, _, batch = _play(config, bundled_corpus("summarisation")[:2], step=1)
+  rows = batch.trajectories
+  # Every detector found the spy: raw 1, spy raw -β·2, civilians β·2/3.
+  raw = {"detector": 1.0, "spy": -0.2, "civilian": 0.2 / 3}
+  baselines = {role: 0.1 * value for role, value in raw.items()}
+  assert env.state_dict()["baselines"] == pytest.approx(baselines)
+  for row in rows:
+    assert row.reward == pytest.approx(raw[row.role] - baselines[row.role])
+  # Step 1 of interactive trains the decision phase, step 2 the clue phase.
+  assert all(r.trained == (r.role == "detector") for r in rows)
+  _, _, batch2 = _play(config, bundled_corpus("summarisation")[:2], step=2)
+  assert all(r.trained == (r.role != "detector") for r in batch2.trajectories)
+  joint = SpyGameConfig.for_task("summarisation", rollout_n=2, joint=True)
+  assert all(r.trained for r in _play(joint, bundled_corpus("summarisation")[:2])[2].trajectories)
+
+  # Baselines carry over steps and through state_dict.
+  env2 = SpyGame(config, ByteTokenizer())
+  env2.load_state_dict(json.loads(json.dumps(env.state_dict())))
+  assert env2.state_dict() == env.state_dict()
+
+
+def test_detection_reward_released_mode():
+  config = SpyGameConfig.for_task("writing", rollout_n=2, detection_reward="released")
+  _, _, batch = _play(config, bundled_corpus("writing")[:1])
+  assert [d["reward_raw"] for d in batch.records[0]["detectors"]] == pytest.approx([2.49, 2.49])
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_sequential_game(task):
+  config = SpyGameConfig.for_task(task, "sequential", rollout_n=2)
+  assert config.num_players == 2
+  items = bundled_corpus(task)[:3]
+  _, policy, batch = _play(config, items)
+  assert [len(texts) for texts, _ in policy.calls] == [3, 3, 6]  # one call per turn
+  for record in batch.records:
+    assert record["spy"] == 2  # the spy speaks last
+    first, second = record["players"]
+    assert "Outputs of the players so far" not in first["prompt"]
+    assert f"Player 1: {first['public']}" in second["prompt"]
+    if task == "summarisation":
+      assert record["mask"]["length"] == mechanics.span_length(len(record["reference"]), 0.5)
+      assert "50%" in second["prompt"]
+    else:  # writing and math give the spy no input
+      assert record["mask"] is None
+      assert record["reference"] not in second["prompt"]
+      assert "did not receive" in second["prompt"]
+    assert [d["vote"] for d in record["detectors"]] == [2, 2]
+
+
+def test_sequential_players_see_exactly_the_earlier_outputs():
+  config = SpyGameConfig.for_task("writing", "sequential", num_players=4, rounds=2, rollout_n=1)
+  _, policy, batch = _play(config, bundled_corpus("writing")[:2])
+  assert len(policy.calls) == 4 * 2 + 1
+  players = batch.records[0]["players"]
+  assert [(p["round"], p["player"]) for p in players] == [
+      (r, k) for r in (1, 2) for k in range(1, 5)]
+  for i, p in enumerate(players):
+    for j, other in enumerate(players):
+      label = f"Player {other['player']} (round {other['round']}): {other['public']}"
+      assert (label in p["prompt"]) == (j < i)
+
+
+def test_parallel_rounds_see_previous_rounds_only():
+  config = SpyGameConfig.for_task("math", rounds=2, rollout_n=1)
+  _, policy, batch = _play(config, bundled_corpus("math")[:2])
+  assert [len(texts) for texts, _ in policy.calls] == [10, 10, 2]
+  players = batch.records[1]["players"]
+  for p in players:
+    for other in players:
+      label = f"Player {other['player']} (round 1): {other['public']}"
+      assert (label in p["prompt"]) == (p["round"] == 2)
+  assert len(_players(batch, 1)) == 10
+
+
+def test_no_spy_variant():
+  config = SpyGameConfig.for_task("writing", "no_spy", rollout_n=3)
+  tokenizer = ByteTokenizer()
+  votes = iter([3, 3, 1, 2, 4, 2])  # game 0: player 3; game 1: tie 2 vs 4 -> 2
+  policy = ScriptedPolicy(tokenizer, functools.partial(spy_marker_player, task="writing"),
+                          lambda prompt: f"\\boxed{{{next(votes)}}}")
+  _, _, batch = _play(config, bundled_corpus("writing")[:2], policy=policy, tokenizer=tokenizer)
+  assert [r["spy"] for r in batch.records] == [3, 2]
+  for record in batch.records:
+    assert record["mask"] is None
+    for p in record["players"]:
+      assert "you are the spy" not in p["prompt"] and record["reference"] in p["prompt"]
+  assert [r.role for r in _players(batch, 0)] == ["civilian", "civilian", "spy", "civilian",
+                                                   "civilian"]
+  assert all(r.trained == (r.role != "detector") for r in batch.trajectories)
+  # r_P with player 3 as the spy: counts [1, 0, 2, 0, 0].
+  np.testing.assert_allclose(batch.records[0]["perf_rewards"],
+                             mechanics.performance_rewards([3, 3, 1], 3, 5))
+  with pytest.raises(ValueError):
+    SpyGameConfig.for_task("writing", "no_spy", training_phase="interactive")
+
+
+def _hostile_player(prompt):
+  rng = random.Random(len(prompt))
+  player = int(re.search(r"You are Player (\d+)", prompt).group(1))
+  if player == 1:
+    return Completion((), (), "length")  # empty completion
+  if player == 2:
+    ids = tuple(rng.randrange(259) for _ in range(300))  # invalid UTF-8, stray specials
+    return Completion(ids, (-1.0,) * len(ids), "length")
+  return "Answer: fine \\boxed{"
+
+
+def _hostile_detector(prompt):
+  # The four detectors of a game answer in turn: hashing the prompt would
+  # give all four the same answer, so cycle on a counter kept on the function.
+  _hostile_detector.calls += 1
+  kind = _hostile_detector.calls % 4
+  if kind == 0:
+    text = ("\\boxed{" + "{" * 7 + "2") * 1500  # ~10k tokens, never closed
+    return Completion(tuple(text.encode()), (-0.1,) * len(text), "length")
+  if kind == 1:
+    return "I choose \\boxed{3"  # cut off
+  if kind == 2:
+    return Completion((EOS,), (-0.1,), "eos")  # only EOS
+  return "\\boxed{\\boxed{1}} \\boxed{N/A}"
+
+
+_hostile_detector.calls = 0
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_hostile_outputs_never_crash(task):
+  _hostile_detector.calls = 0
+  config = SpyGameConfig.for_task(task, rollout_n=4, detection_reward="released")
+  tokenizer = ByteTokenizer(as_mapping=True)
+  policy = ScriptedPolicy(tokenizer, _hostile_player, _hostile_detector)
+  _, _, batch = _play(config, bundled_corpus(task)[:2], policy=policy, tokenizer=tokenizer)
+  assert all(math.isfinite(r.reward) for r in batch.trajectories)
+  assert all(math.isfinite(v) for v in batch.metrics.values())
+  record = batch.records[0]
+  statuses = sorted(d["status"] for d in record["detectors"])
+  assert statuses == ["abstain", "invalid: no complete \\boxed{}",
+                      "invalid: no complete \\boxed{}", "invalid: no complete \\boxed{}"]
+  rewards = sorted(d["reward_raw"] for d in record["detectors"])
+  assert rewards == pytest.approx([-1.5, -1.5, -1.5, -0.3])
+  first = record["players"][0]
+  assert (first["output"], first["public"], first["finish_reason"]) == ("", "", "length")
+  assert not first["public_status"] == "ok"
+  assert "(no answer)" in record["detection_prompt"]
+  # No valid vote: nobody gains or loses performance reward.
+  assert record["perf_rewards"] == [0.0] * config.num_players
+  assert batch.metrics["spy/invalid_vote_rate"] == 0.75
+  assert batch.metrics["spy/clip_ratio/civilian"] > 0
+  assert "invalid: no complete \\boxed{}" in batch.record_text
+  json.dumps(batch.records)
+
+
+def test_game_with_the_qwen3_tokenizer():
+  tokenizer_module = pytest.importorskip("rlsvr.model.tokenizer")
+  tokenizer = tokenizer_module.qwen3_tokenizer()
+  eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+  config = SpyGameConfig.for_task("math", rollout_n=2)
+  policy = ScriptedPolicy(tokenizer, functools.partial(spy_marker_player, task="math"),
+                          spy_finding_detector, eos_id=eos_id)
+  _, _, batch = _play(config, bundled_corpus("math")[:2], policy=policy, tokenizer=tokenizer)
+  assert batch.metrics["spy/detect_acc"] == 1.0
+  row = batch.trajectories[0]
+  assert row.prompt_ids[:3] == [151644, 872, 198]  # <|im_start|>user\n
+  assert row.completion_ids[-1] == eos_id
+  assert batch.records[0]["players"][0]["output"].endswith("\\boxed{hidden}")
+
+
+def test_empty_batch_and_sample_mismatch():
+  config = SpyGameConfig.for_task("writing", rollout_n=1)
+  _, _, batch = _play(config, [])
+  assert batch.trajectories == [] and batch.records == [] and batch.record_text == ""
+  env = SpyGame(config, ByteTokenizer())
+  with pytest.raises(ValueError, match="completions"):
+    env.play(["a story prompt"], lambda prompts, **kw: [], np.random.default_rng(0), 1)
+
+
+def test_item_fields():
+  assert item_fields("text", 3) == ("3", "text")
+  assert item_fields({"id": "a", "text": "t"}, 0) == ("a", "t")
+  assert item_fields(bundled_corpus("math")[0], 0) == ("math-0", bundled_corpus("math")[0].text)
