@@ -1,0 +1,62 @@
+"""Configuration of the self-judge (RLSR) environment: one frozen dataclass."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rlsvr.envs.self_judge import judge
+
+TASKS = ("countdown", "integration")
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfJudgeConfig:
+  """How problems are answered, judged and rewarded.
+
+  Attributes:
+    task: "countdown" or "integration".
+    group_size: answers per problem (G); one GRPO group per problem.
+    judge_template: Countdown judge strictness, 1..4 (`judge.TEMPLATES`).
+    format_bonus: reward for a well-formed `<answer>` (added to 1[judge = 1]).
+    judge_sees: "answer" (the last `<answer>` block, or the whole response
+      when there is none) or "response" (always the whole response).
+    judge_weights, judge_delay_steps, judge_repeat: the judge-weights
+      schedule (`judge.JudgeSchedule`), applied by the trainer.
+    policy_max_new_tokens, judge_max_new_tokens: length limits per call.
+    sampling, judge_sampling: extra keyword arguments for the policy's and
+      the judge's `sample` calls (temperature, top_p, ...).
+    symbolic_timeout_s, numeric_timeout_s: wall-clock limits of the
+      integration verifier's steps (metrics only).
+  """
+
+  task: str = "countdown"
+  group_size: int = 8
+  judge_template: int = 1
+  format_bonus: float = 0.1
+  judge_sees: str = "answer"
+  judge_weights: str = "fixed"
+  judge_delay_steps: int = 50
+  judge_repeat: bool = False
+  policy_max_new_tokens: int = 1024
+  judge_max_new_tokens: int = 1024
+  sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
+  judge_sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
+  symbolic_timeout_s: float = 2.0
+  numeric_timeout_s: float = 5.0
+
+  def __post_init__(self):
+    checks = [
+        (self.task in TASKS, f"task must be one of {TASKS}"),
+        (self.group_size >= 1, "group_size must be >= 1"),
+        (self.judge_template in judge.TEMPLATES, f"judge_template must be in {judge.TEMPLATES}"),
+        (self.judge_sees in ("answer", "response"), "judge_sees must be 'answer' or 'response'"),
+        (self.judge_weights in judge.JUDGE_MODES, f"judge_weights must be in {judge.JUDGE_MODES}"),
+        (self.judge_delay_steps >= 1, "judge_delay_steps must be >= 1"),
+        (self.symbolic_timeout_s > 0 and self.numeric_timeout_s > 0, "timeouts must be > 0"),
+    ]
+    for ok, message in checks:
+      if not ok:
+        raise ValueError(f"SelfJudgeConfig: {message}")
+
+  def schedule(self) -> judge.JudgeSchedule:
+    return judge.JudgeSchedule.from_config(self)

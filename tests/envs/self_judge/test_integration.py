@@ -1,0 +1,161 @@
+"""Tests for rlsvr.envs.self_judge.integration: LaTeX problems and the formal verifier."""
+import json
+import os
+import time
+
+import pytest
+import sympy
+
+from rlsvr.envs.self_judge import integration
+from rlsvr.envs.self_judge.integration import Problem, check_answers, normalize_latex
+
+from .conftest import assert_payload_is_live, shared_path
+
+x = sympy.Symbol("x", real=True)
+FAST = dict(symbolic_timeout=2.0, numeric_timeout=5.0)
+
+
+def _verify_all(pool, problem, answers, fmt="sympy"):
+  return [v.correct for v in check_answers([problem] * len(answers), answers, fmt, pool=pool,
+                                           **FAST)]
+
+
+@pytest.mark.parametrize("integrand,right,wrong", [
+    ("2*x", ["x**2", "x**2 + C", "x^2 - 3", "(x**2 + 7)", "x*x"],
+     ["2*x**2", "x**2/2", "x**3", "2*x", "x**2 + x"]),
+    ("1/x", ["log(x)", "log(abs(x)) + C", "ln(3*x)", "log(x**2)/2"],
+     ["log(x)**2", "2*log(x)", "1/x**2", "exp(x)"]),
+    ("sin(x)*cos(x)", ["sin(x)**2/2", "-cos(x)**2/2", "-cos(2*x)/4 + 1"],
+     ["sin(x)**2", "cos(x)**2/2", "sin(2*x)/4"]),
+    ("1/(1 + x**2)", ["atan(x)", "arctan(x) + pi", "-acot(x)"], ["atan(2*x)", "2*atan(x)"]),
+    ("x*exp(x)", ["(x - 1)*exp(x)", "x*exp(x) - exp(x) + C"], ["x*exp(x)", "exp(x)*x**2/2"]),
+])
+def test_indefinite(pool, integrand, right, wrong):
+  problem = Problem.from_sympy(integrand)
+  assert _verify_all(pool, problem, right) == [True] * len(right)
+  assert _verify_all(pool, problem, wrong) == [False] * len(wrong)
+
+
+@pytest.mark.parametrize("integrand,bounds,right,wrong", [
+    ("x**2", ("0", "1"), ["1/3", "0.333333333333333333", "2/6"], ["0.33", "1/2", "x/3"]),
+    ("sin(x)", ("0", "pi"), ["2", "2 + 0*pi"], ["-2", "pi"]),
+    ("exp(-x**2)", ("0", "oo"), ["sqrt(pi)/2"], ["sqrt(pi)", "pi/2"]),
+])
+def test_definite_by_value(pool, integrand, bounds, right, wrong):
+  names = {"oo": sympy.oo, "pi": sympy.pi}
+  problem = Problem(*(lambda p: (p.integrand, p.variable))(Problem.from_sympy(integrand)),
+                    bounds=tuple(names.get(b, sympy.Integer(b) if b.isdigit() else None)
+                                 for b in bounds))
+  assert problem.definite
+  assert _verify_all(pool, problem, right) == [True] * len(right)
+  assert _verify_all(pool, problem, wrong) == [False] * len(wrong)
+  assert integration.definite_value(problem, pool=pool) is not None
+
+
+def test_verify_method_and_latex_answers(pool):
+  problem = Problem.from_latex(r"\int \frac{dx}{x\log x + 2x}", pool=pool)
+  assert problem.variable == x and problem.bounds is None
+  assert problem.integrand == 1 / (x * sympy.log(x) + 2 * x)  # \log is the natural log
+  assert problem.verify("log(log(x) + 2)", pool=pool)
+  assert problem.verify(r"\ln(\ln x + 2) + C", fmt="latex", pool=pool)
+  assert problem.verify(r"\log\big(\log x + 2\big)", fmt="latex", pool=pool)
+  assert not problem.verify(r"\log_{10}(\log x + 2)", fmt="latex", pool=pool)
+  assert not problem.verify("2*log(log(x) + 2)", pool=pool)
+  with pytest.raises(ValueError, match="unknown answer format"):
+    integration.parse_answer(problem, "x", "mathml")
+
+
+def test_from_latex_variants(pool):
+  p = Problem.from_latex(r"\int_0^{\pi} \sin t\,dt", pool=pool)
+  assert p.variable.name == "t" and p.bounds == (0, sympy.pi) and p.definite
+  assert p.verify("2", pool=pool)
+  p = Problem.from_latex(r"\int_{-\infty}^{\infty} e^{-x^2}\,dx", pool=pool)
+  assert p.bounds == (-sympy.oo, sympy.oo) and p.verify(r"\sqrt\pi", "latex", pool=pool)
+  p = Problem.from_latex(r"\int_1^{\infty} \frac{dx}{x+nx^n} \quad (n>1)", pool=pool)
+  assert [s.name for s in p.parameters] == ["n"]
+  assert p.verify(r"\frac{1}{1-n}\ln\!\left(\frac{n}{n+1}\right)", "latex", pool=pool)
+  for bad in [r"x^2", r"\lim_{n\to\infty}\int_0^1 x^n\,dx", r"\int_0^1\int_0^1 xy\,dx\,dy"]:
+    with pytest.raises(ValueError, match="cannot parse"):
+      Problem.from_latex(bad, pool=pool)
+
+
+def test_normalize_latex():
+  assert normalize_latex(r"\tfrac12 x^2\log x + C") == r"\frac{1}{2} x^{2}\ln x"
+  assert (normalize_latex(r"\sqrt3 + \sqrt\pi + \sqrt[4]{x}")
+          == r"\sqrt{3} + \sqrt{\pi} + \sqrt[4]{x}")
+  assert normalize_latex(r"\log_{10} x\,\big(y\big)") == r"\log_{10} x (y)"
+
+
+def test_pathological_answers_return_within_the_limit(pool):
+  problem = Problem.from_sympy("2*x")
+  answers = ["(x + 1)**10000 - (x + 1)**10000 + x**2 + exp(exp(exp(exp(exp(x)))))",
+             "x**x**x**x**x**x**x", "9**9**9**9", "(" * 100 + "x" + ")" * 100,
+             "x+" * 50_000 + "x", "sin(" * 60 + "x" + ")" * 60 + "*" + "(x+1)**9999"]
+  start = time.monotonic()
+  verdicts = check_answers([problem] * len(answers), answers, pool=pool, symbolic_timeout=0.3,
+                           numeric_timeout=0.6)
+  elapsed = time.monotonic() - start
+  assert not any(v.correct for v in verdicts)
+  # Two workers, three bounded stages per answer (parse, symbolic, numeric), and slack.
+  assert elapsed < len(answers) * (0.6 + 0.3 + 0.6) / 2 + 2, elapsed
+  latex = [r"\frac{" * 300 + "x" + "}{2}" * 300, "x" * 100_000, r"e^{e^{e^{e^{e^{e^{x}}}}}}"]
+  start = time.monotonic()
+  verdicts = check_answers([problem] * 3, latex, "latex", pool=pool, symbolic_timeout=0.3,
+                           numeric_timeout=0.6)
+  assert not any(v.correct for v in verdicts)
+  assert time.monotonic() - start < 3 * (0.6 + 0.3 + 0.6) / 2 + 2
+
+
+def test_injection_payloads_do_not_run(pool, tmp_path):
+  problem = Problem.from_sympy("2*x")
+  code = "__import__('os').system('touch {marker}')"
+  templates = [code, rf"\text{{{code}}}", rf"\mathrm{{{code}}}", rf"\{{{code}\}}",
+               rf"\operatorname{{{code}}}(x)", rf"x^2 + \text{{{code}}}"]
+  assert_payload_is_live(code, tmp_path / "control")
+  answers = [t.replace("{marker}", str(tmp_path / f"pwned{k}")) for k, t in enumerate(templates)]
+  for fmt in ("sympy", "latex"):
+    verdicts = check_answers([problem] * len(answers), answers, fmt, pool=pool, **FAST)
+    assert not any(v.correct for v in verdicts)
+  assert not any(os.path.exists(tmp_path / f"pwned{k}") for k in range(len(templates)))
+
+
+def test_unparseable_and_missing_answers(pool):
+  verdicts = check_answers([Problem.from_sympy("2*x")] * 3, [None, "x**", "x**2"], pool=pool,
+                           **FAST)
+  assert [(v.format_ok, v.correct) for v in verdicts] == [(False, False), (False, False),
+                                                          (True, True)]
+  assert verdicts[0].reason == "no answer" and "unparseable" in verdicts[1].reason
+
+
+# A sample of the shared Integration Bee set, fast enough for every run; set
+# RLSVR_FULL_INTEGRATION_BEE=1 to parse and verify all 180 problems (minutes).
+BEE_SAMPLE = ("B004", "B008", "B041", "B097", "H036")
+
+
+def _bee_rows():
+  rows = []
+  for name in ("base-set.json", "hard-set.json"):
+    with open(shared_path("integration_bee", name), encoding="utf-8") as f:
+      rows += json.load(f)["problems"]
+  return rows
+
+
+def test_integration_bee_official_answers(pool):
+  rows = _bee_rows()
+  full = os.environ.get("RLSVR_FULL_INTEGRATION_BEE") == "1"
+  if not full:
+    rows = [r for r in rows if r["id"] in BEE_SAMPLE]
+    assert len(rows) == len(BEE_SAMPLE)
+  problems = integration.problems_from_latex([r["problem"] for r in rows],
+                                             [r["answer"] for r in rows], pool=pool, timeout=30)
+  parsed = [(r, p) for r, p in zip(rows, problems) if p is not None]
+  verdicts = check_answers([p for _, p in parsed], [r["answer"] for r, _ in parsed], "latex",
+                           pool=pool, **FAST)
+  verified = sum(v.correct for v in verdicts)
+  print(f"Integration Bee: {len(parsed)}/{len(rows)} parse, {verified}/{len(parsed)} official "
+        "answers verify")
+  if full:
+    assert len(parsed) >= 150 and verified >= 115
+  else:
+    assert len(parsed) == len(rows) and verified == len(parsed), [
+        (r["id"], v.reason) for (r, _), v in zip(parsed, verdicts) if not v.correct]
