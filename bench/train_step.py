@@ -1,0 +1,176 @@
+"""Tokens/s of one GRPO update (forward + backward + AdamW), ours against PyTorch.
+
+  python bench/train_step.py                          # tiny Qwen3 and SmolLM2-135M on CPU
+  python bench/train_step.py --models tiny --seq-lens 128,512 --batch 4
+  python bench/train_step.py --models qwen3-0.6b --dtype bfloat16 --seq-lens 2048 \
+      --batch 4 --remat --no-torch                   # on a GPU: also prints MFU
+
+For each model and sequence length both sides run the same computation on the
+same weights: token logprobs of a (B, T) batch whose second half is the
+completion, the token-mean clipped policy loss against fixed old logprobs,
+backward, global-norm clipping and an AdamW step. PyTorch runs the
+`transformers` model with a plain `loss.backward(); opt.step()`. Shared
+machines are noisy: compare the ratio printed on one line, not absolute
+numbers across runs; the load average is printed with the results.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from rlsvr.model import hf, qwen3  # noqa: E402
+from rlsvr.model.config import ModelConfig, preset  # noqa: E402
+from rlsvr.rl.logprobs import token_logprobs  # noqa: E402
+from rlsvr.rl.train_step import GRPOConfig, init_train_state, train_step  # noqa: E402
+
+TINY_HF = dict(model_type="qwen3", vocab_size=4096, hidden_size=256, intermediate_size=768,
+               num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, head_dim=32,
+               max_position_embeddings=4096, tie_word_embeddings=True)
+BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+
+
+def make_models(name: str, dtype: str, with_torch: bool):
+  """(our config, our params, torch model or None) with identical weights."""
+  if name in ("tiny", "smollm2-135m"):
+    import torch
+    import transformers
+    torch_dtype = getattr(torch, dtype)
+    if name == "tiny":
+      cfg = transformers.AutoConfig.for_model(**TINY_HF)
+      model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+      config = ModelConfig.from_hf_dict(cfg.to_dict())
+      tensors = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+      params = hf.params_from_tensors(config, tensors, jnp.dtype(dtype))
+    else:
+      from rlsvr.model import assets
+      path = assets.smollm2_135m()
+      config, params = hf.load_pretrained(path, jnp.dtype(dtype))
+      model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return config, params, model.to(torch_dtype) if with_torch else None
+  config = preset(name)
+  params = jax.jit(qwen3.init_params, static_argnums=(0, 2))(config, jax.random.key(0),
+                                                             jnp.dtype(dtype))
+  return config, params, None
+
+
+def make_batch(config: ModelConfig, params, batch: int, seq_len: int, seed: int = 0):
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(0, config.vocab_size, (batch, seq_len)).astype(np.int32)
+  attention = np.ones((batch, seq_len), np.int32)
+  # The second half of each row is the completion, as `build_batch` lays it out.
+  loss_mask = np.ones((batch, seq_len - seq_len // 2), np.float32)
+  # Old logprobs = the current policy's, so that ratios start at 1 on both sides.
+  logp, _ = jax.jit(token_logprobs, static_argnums=0)(config, params, tokens, attention)
+  return {"tokens_BxT": tokens, "attention_mask_BxT": attention, "loss_mask_BxC": loss_mask,
+          "old_logp_BxC": np.asarray(logp)[:, seq_len // 2:] * loss_mask,
+          "advantages_B": rng.normal(size=batch).astype(np.float32)}
+
+
+def time_ours(config, params, batch, grpo_config, steps):
+  state = init_train_state(config, grpo_config, params)
+  t0 = time.perf_counter()
+  state, metrics = train_step(state, batch)
+  jax.block_until_ready((state.params, metrics))
+  compile_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  for _ in range(steps):
+    state, metrics = train_step(state, batch)
+  jax.block_until_ready((state.params, metrics))
+  return (time.perf_counter() - t0) / steps, compile_s, float(metrics["actor/pg_loss"])
+
+
+def time_torch(model, batch, grpo_config, steps):
+  import torch
+  model.train()
+  opt = torch.optim.AdamW(model.parameters(), lr=grpo_config.lr, betas=(grpo_config.b1,
+                          grpo_config.b2), eps=grpo_config.adam_eps,
+                          weight_decay=grpo_config.weight_decay)
+  tokens = torch.tensor(batch["tokens_BxT"], dtype=torch.long)
+  attention = torch.tensor(batch["attention_mask_BxT"])
+  positions = (attention.cumsum(-1) - 1).clamp(min=0)
+  mask = torch.tensor(batch["loss_mask_BxC"])
+  old = torch.tensor(batch["old_logp_BxC"])
+  start = tokens.shape[1] - mask.shape[1]  # first completion column
+  adv = torch.tensor(batch["advantages_B"])[:, None]
+
+  def step():
+    # Like ours, only the completion's logits: hidden states, then the LM head on that window.
+    hidden = model.model(input_ids=tokens, attention_mask=attention,
+                         position_ids=positions).last_hidden_state
+    logits = model.lm_head(hidden[:, start - 1:-1])
+    logp_all = torch.log_softmax(logits.float(), dim=-1)
+    logp = logp_all.gather(-1, tokens[:, start:, None]).squeeze(-1)
+    ratio = torch.exp(torch.clamp(logp - old, -20.0, 20.0))
+    losses = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1 - grpo_config.clip_low,
+                                                            1 + grpo_config.clip_high))
+    loss = (losses * mask).sum() / mask.sum()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grpo_config.max_grad_norm)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.item()
+
+  step()  # warm-up: allocator and optimizer state
+  t0 = time.perf_counter()
+  for _ in range(steps):
+    loss = step()
+  return (time.perf_counter() - t0) / steps, loss
+
+
+def peak_tflops() -> float | None:
+  device = jax.devices()[0]
+  if device.platform != "gpu":
+    return None
+  return next((v for k, v in BF16_PEAK_TFLOPS.items() if k in device.device_kind), None)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--models", default="tiny,smollm2-135m")
+  parser.add_argument("--seq-lens", default="128,512")
+  parser.add_argument("--batch", type=int, default=4)
+  parser.add_argument("--micro-batch", type=int, default=0)
+  parser.add_argument("--steps", type=int, default=3)
+  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+  parser.add_argument("--remat", action="store_true")
+  parser.add_argument("--no-torch", action="store_true")
+  args = parser.parse_args()
+
+  print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; load: {os.getloadavg()}")
+  grpo_config = GRPOConfig(lr=1e-6, micro_batch_size=args.micro_batch, remat=args.remat,
+                           param_dtype=args.dtype)
+  header = f"{'model':<14}{'T':>6}{'B':>4} {'ours tok/s':>11} {'torch tok/s':>12} {'ratio':>7}"
+  print(header + f" {'compile s':>10} {'pg_loss ours/torch':>20}")
+  for name in args.models.split(","):
+    config, params, model = make_models(name, args.dtype, not args.no_torch)
+    n_params = config.num_params()
+    for seq_len in (int(t) for t in args.seq_lens.split(",")):
+      batch = make_batch(config, params, args.batch, seq_len)
+      tokens = args.batch * seq_len
+      ours_s, compile_s, ours_loss = time_ours(config, params, batch, grpo_config, args.steps)
+      line = f"{name:<14}{seq_len:>6}{args.batch:>4} {tokens / ours_s:>11.0f}"
+      if model is not None:
+        torch_s, torch_loss = time_torch(model, batch, grpo_config, args.steps)
+        line += f" {tokens / torch_s:>12.0f} {torch_s / ours_s:>7.2f}"
+        line += f" {compile_s:>10.1f} {ours_loss:>9.4f}/{torch_loss:.4f}"
+      else:
+        line += f" {'-':>12} {'-':>7} {compile_s:>10.1f}"
+      peak = peak_tflops()
+      if peak:
+        mfu = 6 * n_params * tokens / ours_s / (peak * 1e12)
+        line += f"  MFU {100 * mfu:.1f}% (6 x {n_params / 1e6:.0f}M params, {peak} TFLOP/s)"
+      print(line, flush=True)
+  print(f"load after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+  main()

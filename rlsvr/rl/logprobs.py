@@ -1,0 +1,102 @@
+"""Per-token log-probabilities and entropies of a token batch under the model.
+
+The full logits tensor (B, T, V) in float32 is the largest activation of a
+training step at real vocabularies (151936 x 2048 x 4 B = 1.2 GiB per
+sequence for Qwen3), so the unembedding runs over chunks of the sequence
+inside a `lax.scan` whose body is rematerialised: only one chunk's logits
+exist at a time, forward and backward.
+
+Alignment: `logp_BxT[:, t]` is log p(tokens[t] | tokens[<t]), the convention
+of the batch (sampler logprobs sit at the positions of the tokens they
+sampled). Position 0 predicts nothing and gets 0.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from rlsvr.model import qwen3
+from rlsvr.model.config import ModelConfig
+
+# Largest float32 logits chunk kept alive at once (per device batch, all rows).
+DEFAULT_LOGITS_BYTES = 256 * 2**20
+
+
+def chunk_len(batch: int, seq_len: int, vocab: int, budget_bytes: int = DEFAULT_LOGITS_BYTES) -> int:
+  """Sequence chunk so that batch x chunk x vocab float32 logits fit in `budget_bytes`."""
+  per_position = batch * vocab * 4
+  if per_position * seq_len <= budget_bytes:
+    return seq_len
+  chunk = 1
+  while chunk * 2 * per_position <= budget_bytes and chunk * 2 < seq_len:
+    chunk *= 2
+  return chunk
+
+
+def _next_token_stats(config: ModelConfig, params, hidden_BxCxD, targets_BxC, temperature):
+  logits_BxCxV = qwen3.unembed(config, params, hidden_BxCxD) / temperature
+  lse_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
+  picked_BxC = jnp.take_along_axis(logits_BxCxV, targets_BxC[..., None], axis=-1)[..., 0]
+  # verl's entropy_from_logits, logsumexp(z) - sum(softmax(z) * z), reusing the logsumexp.
+  probs_BxCxV = jnp.exp(logits_BxCxV - lse_BxC[..., None])
+  entropy_BxC = lse_BxC - jnp.sum(probs_BxCxV * logits_BxCxV, axis=-1)
+  return picked_BxC - lse_BxC, entropy_BxC
+
+
+def logprobs_from_hidden(config: ModelConfig, params, hidden_BxTxD, tokens_BxT, *,
+                         temperature: float = 1.0, chunk: int | None = None):
+  """(logp_BxT, entropy_BxT) from final hidden states, chunked over the sequence.
+
+  `entropy_BxT[:, t]` is the entropy of the distribution that `tokens[:, t]`
+  was drawn from (aligned like `logp_BxT`); both are 0 at t = 0.
+  """
+  b, t, d = hidden_BxTxD.shape
+  chunk = chunk or chunk_len(b, t, config.vocab_size)
+  # Hidden state t predicts token t + 1; the last target is a dummy, dropped below.
+  targets_BxT = jnp.roll(tokens_BxT, -1, axis=1)
+  n_chunks = -(-t // chunk)
+  pad = n_chunks * chunk - t
+  hidden_BxTxD = jnp.pad(hidden_BxTxD, ((0, 0), (0, pad), (0, 0)))
+  targets_BxT = jnp.pad(targets_BxT, ((0, 0), (0, pad)))
+  hidden_NxBxCxD = hidden_BxTxD.reshape(b, n_chunks, chunk, d).swapaxes(0, 1)
+  targets_NxBxC = targets_BxT.reshape(b, n_chunks, chunk).swapaxes(0, 1)
+
+  # Remat: the backward pass recomputes each chunk's logits instead of storing them.
+  @jax.checkpoint
+  def body(_, xs):
+    return None, _next_token_stats(config, params, xs[0], xs[1], temperature)
+
+  _, (logp_NxBxC, entropy_NxBxC) = jax.lax.scan(body, None, (hidden_NxBxCxD, targets_NxBxC))
+
+  def realign(x_NxBxC):
+    next_BxT = x_NxBxC.swapaxes(0, 1).reshape(b, n_chunks * chunk)[:, :t]
+    return jnp.concatenate([jnp.zeros((b, 1), next_BxT.dtype), next_BxT[:, :-1]], axis=1)
+
+  return realign(logp_NxBxC), realign(entropy_NxBxC)
+
+
+def token_logprobs(config: ModelConfig, params, tokens_BxT, attention_mask_BxT, *,
+                   temperature: float = 1.0, chunk: int | None = None, remat: bool = False,
+                   completion_len: int | None = None):
+  """(logp, entropy) of `tokens_BxT` under the model, float32.
+
+  `attention_mask_BxT` marks real tokens (left-padded prompts, right-padded
+  completions); positions count real tokens only. Logits are divided by
+  `temperature` first, as verl does, so that the result matches the sampler's
+  logprobs at the same temperature. `chunk` is the sequence chunk of the
+  unembedding (default: `chunk_len`); `remat` recomputes the layers in the
+  backward pass. With `completion_len` C, only the last C tokens are scored and
+  the results are B x C: the prompt's logits are never computed.
+  """
+  positions_BxT = qwen3.positions_from_mask(attention_mask_BxT)
+  hidden_BxTxD, _ = qwen3.forward(config, params, tokens_BxT, positions_BxT, attention_mask_BxT,
+                                  remat=remat)
+  if completion_len is None:
+    return logprobs_from_hidden(config, params, hidden_BxTxD, tokens_BxT,
+                                temperature=temperature, chunk=chunk)
+  # Window of C + 1 positions: its first hidden state predicts the first scored token.
+  start = tokens_BxT.shape[1] - completion_len - 1
+  logp, entropy = logprobs_from_hidden(config, params, hidden_BxTxD[:, start:],
+                                       tokens_BxT[:, start:], temperature=temperature,
+                                       chunk=chunk)
+  return logp[:, 1:], entropy[:, 1:]

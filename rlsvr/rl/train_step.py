@@ -1,0 +1,256 @@
+"""The GRPO update: `TrainState`, the optimizer and one jitted `train_step`.
+
+  state = init_train_state(model_config, GRPOConfig(...), params)
+  state, metrics = train_step(state, batch)      # jitted once, state donated
+
+The loss is verl's actor loss,
+  policy_loss + kl_coef * aggregate(kl_penalty(logp, ref_logp)) - entropy_coef * aggregate(entropy),
+every term aggregated with the same `agg_mode` over the completion tokens.
+
+Batch (a dict of arrays; `rlsvr.rl.batch.build_batch` makes one from trajectories):
+  tokens_BxT          int32  prompt left-padded, then completion right-padded
+  attention_mask_BxT  int32  1 on every real token (prompt and completion)
+  loss_mask_BxC       f32    1 on trained completion tokens (the last C columns), EOS included
+  old_logp_BxC        f32    sampler logprobs at the positions of the tokens they
+                             sampled (logp[t] = log p(tokens[t] | tokens[<t]))
+  advantages_B        f32    one advantage per row, broadcast over its tokens
+  ref_logp_BxC        f32    optional; without it and with kl_coef > 0 the step
+                             computes it from `state.ref_params`
+Rows whose loss mask is all zero (padding rows) change nothing.
+
+Micro-batching: the batch is split into `B / micro_batch_size` micro-batches
+(row i goes to micro-batch i mod n, which keeps every micro-batch spread over
+all data shards). The loss denominators (token or sequence counts) are counted
+once over the whole batch and each micro-batch contributes its numerator's
+gradient, so every split yields the full-batch update.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from rlsvr.model.config import ModelConfig
+from rlsvr.rl import grpo
+from rlsvr.rl.logprobs import token_logprobs
+
+Params = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+  """Hyperparameters of the update (verl's names in comments where they differ)."""
+
+  lr: float = 1e-6
+  warmup_steps: int = 0  # Linear warmup from 0 to `lr`, then constant.
+  weight_decay: float = 0.01
+  b1: float = 0.9
+  b2: float = 0.999
+  adam_eps: float = 1e-8
+  max_grad_norm: float = 1.0  # verl: grad_clip
+  clip_low: float = 0.2  # verl: clip_ratio_low
+  clip_high: float = 0.2  # verl: clip_ratio_high (> clip_low: "clip-higher")
+  clip_c: float = 3.0  # verl: clip_ratio_c (dual clip for A < 0)
+  kl_coef: float = 0.0  # verl: kl_loss_coef; 0 means no reference model at all
+  kl_kind: str = "low_var_kl"  # verl: kl_loss_type
+  entropy_coef: float = 0.0  # verl: entropy_coeff
+  agg_mode: str = "token-mean"  # verl: loss_agg_mode
+  loss_scale_factor: float | None = None  # seq-mean-token-sum-norm divisor; None: T
+  norm_adv_by_std: bool = True  # verl: norm_adv_by_std_in_grpo (used by build_batch)
+  micro_batch_size: int = 0  # Rows per forward/backward; 0: the whole batch at once.
+  temperature: float = 1.0  # Logits are divided by the sampling temperature.
+  param_dtype: str = "float32"  # Storage dtype of the params (optimizer state is fp32).
+  compute_dtype: str | None = None  # Forward/backward dtype; None: param_dtype.
+  remat: bool = False  # Recompute each layer in the backward pass.
+  logits_chunk: int = 0  # Sequence chunk of the unembedding; 0: automatic.
+
+  def __post_init__(self):
+    if self.agg_mode not in grpo.AGG_MODES:
+      raise ValueError(f"agg_mode={self.agg_mode!r} is not one of {grpo.AGG_MODES}")
+    if self.kl_kind.rstrip("+") not in grpo.KL_KINDS:
+      raise ValueError(f"kl_kind={self.kl_kind!r} is not one of {grpo.KL_KINDS}")
+    if self.clip_c <= 1.0:
+      raise ValueError(f"clip_c must be > 1, got {self.clip_c}")
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything a step reads and writes. The configs are static (part of the treedef).
+
+  `env_state` holds environment arrays that must be checkpointed with the
+  model (e.g. the spy game's role baselines); `train_step` carries it through.
+  """
+
+  step: jax.Array
+  params: Params
+  opt_state: optax.OptState
+  rng: jax.Array
+  ref_params: Params | None
+  env_state: dict[str, jax.Array]
+  model_config: ModelConfig = flax.struct.field(pytree_node=False)
+  config: GRPOConfig = flax.struct.field(pytree_node=False)
+
+
+def lr_schedule(config: GRPOConfig) -> optax.Schedule:
+  if config.warmup_steps <= 0:
+    return optax.constant_schedule(config.lr)
+  return optax.join_schedules(
+      [optax.linear_schedule(0.0, config.lr, config.warmup_steps),
+       optax.constant_schedule(config.lr)], [config.warmup_steps])
+
+
+def make_optimizer(config: GRPOConfig) -> optax.GradientTransformation:
+  """Global-norm clipping, then AdamW with the warmup schedule."""
+  return optax.chain(
+      optax.clip_by_global_norm(config.max_grad_norm),
+      optax.adamw(lr_schedule(config), b1=config.b1, b2=config.b2, eps=config.adam_eps,
+                  weight_decay=config.weight_decay))
+
+
+def _cast(tree, dtype):
+  return jax.tree.map(lambda x: x.astype(dtype), tree)
+
+
+# Jitted so the result is always fresh buffers: the state is donated each step, and
+# the caller's params (or the policy's, for the reference copy) must survive that.
+_copy_cast = jax.jit(_cast, static_argnums=1)
+
+
+def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Params, *,
+                     seed: int = 0, env_state: dict[str, jax.Array] | None = None) -> TrainState:
+  """A fresh state from initial `params` (copied; sharding kept, optimizer state alike).
+
+  The reference weights are a frozen copy of `params` in the compute dtype when
+  `config.kl_coef > 0`, else None.
+  """
+  compute_dtype = config.compute_dtype or config.param_dtype
+  stored = _copy_cast(params, jnp.dtype(config.param_dtype))
+  # Adam moments in fp32 even for bf16 params; zeros_like keeps each param's sharding.
+  opt_state = make_optimizer(config).init(_cast(stored, jnp.float32))
+  ref = _copy_cast(params, jnp.dtype(compute_dtype)) if config.kl_coef > 0 else None
+  # Fresh arrays (step, key, Adam's count, host-made params) are uncommitted; the step
+  # returns them committed, which would compile it a second time. Commit all of them now:
+  # arrays where they are, scalars and host arrays replicated next to the params.
+  replicated = jax.tree.leaves(stored)[0].sharding
+  if isinstance(replicated, jax.sharding.NamedSharding):
+    replicated = jax.sharding.NamedSharding(replicated.mesh, jax.sharding.PartitionSpec())
+  commit = lambda tree: jax.tree.map(lambda x: jax.device_put(
+      x, x.sharding if isinstance(x, jax.Array) and x.ndim else replicated), tree)
+  return TrainState(step=commit(jnp.zeros((), jnp.int32)), params=commit(stored),
+                    opt_state=commit(opt_state), rng=commit(jax.random.key(seed)),
+                    ref_params=commit(ref), env_state=commit(dict(env_state or {})),
+                    model_config=model_config, config=config)
+
+
+def _logprobs(state: TrainState, params, batch):
+  cfg = state.config
+  return token_logprobs(state.model_config, params, batch["tokens_BxT"],
+                        batch["attention_mask_BxT"], temperature=cfg.temperature,
+                        chunk=cfg.logits_chunk or None, remat=cfg.remat,
+                        completion_len=batch["loss_mask_BxC"].shape[-1])
+
+
+def _split_micro(batch: dict[str, jax.Array], micro_batch_size: int):
+  b = batch["tokens_BxT"].shape[0]
+  mb = micro_batch_size or b
+  if b % mb:
+    raise ValueError(f"batch of {b} rows is not a multiple of micro_batch_size={mb}")
+  n = b // mb
+  # Row i -> micro-batch i % n: a contiguous data shard then feeds every micro-batch.
+  return {k: v.reshape(mb, n, *v.shape[1:]).swapaxes(0, 1) for k, v in batch.items()}
+
+
+@jax.jit
+def reference_logprobs(state: TrainState, batch: dict[str, jax.Array]) -> jax.Array:
+  """ref_logp_BxC of the batch under `state.ref_params` (micro-batched, no gradient)."""
+  if state.ref_params is None:
+    raise ValueError("this state has no reference weights (kl_coef == 0)")
+  keys = ("tokens_BxT", "attention_mask_BxT", "loss_mask_BxC")
+  micro = _split_micro({k: batch[k] for k in keys}, state.config.micro_batch_size)
+  logp_NxMxT = jax.lax.map(lambda mb: _logprobs(state, state.ref_params, mb)[0], micro)
+  n, m, t = logp_NxMxT.shape
+  return logp_NxMxT.swapaxes(0, 1).reshape(n * m, t)
+
+
+def _micro_loss(params, state: TrainState, mb: dict[str, jax.Array], denominator):
+  """This micro-batch's share of the full-batch loss, and its metric numerators."""
+  cfg = state.config
+  compute_dtype = jnp.dtype(cfg.compute_dtype or cfg.param_dtype)
+  logp_BxC, entropy_BxC = _logprobs(state, _cast(params, compute_dtype), mb)
+  mask_BxC = mb["loss_mask_BxC"]
+
+  def share(values_BxC):
+    numerator, _ = grpo.aggregate_terms(values_BxC, mask_BxC, cfg.agg_mode,
+                                        loss_scale_factor=cfg.loss_scale_factor)
+    return numerator / denominator
+
+  terms = grpo.policy_loss_terms(logp_BxC, mb["old_logp_BxC"], mb["advantages_B"][:, None],
+                                 clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                                 clip_c=cfg.clip_c)
+  pg_loss = share(terms["pg_loss"])
+  entropy = share(entropy_BxC)
+  loss = pg_loss - cfg.entropy_coef * entropy if cfg.entropy_coef else pg_loss
+  aux = {"actor/pg_loss": pg_loss, "actor/entropy": entropy}
+  if cfg.kl_coef:
+    if "ref_logp_BxC" in mb:
+      ref_logp_BxC = mb["ref_logp_BxC"]
+    else:
+      ref_logp_BxC = _logprobs(state, jax.lax.stop_gradient(state.ref_params), mb)[0]
+    kl = share(grpo.kl_penalty(logp_BxC, ref_logp_BxC, cfg.kl_kind))
+    loss = loss + cfg.kl_coef * kl
+    aux["actor/kl"] = kl
+  mask_f = mask_BxC.astype(jnp.float32)
+  for name, key in (("actor/pg_clipfrac", "clipped"), ("actor/pg_clipfrac_lower", "clipped_lower"),
+                    ("actor/ppo_kl", "neg_log_ratio")):
+    aux[name] = (terms[key] * mask_f).sum()  # Token sums; divided by the count at the end.
+  return loss, aux
+
+
+def _train_step(state: TrainState, batch: dict[str, jax.Array]):
+  """One GRPO update: `(state, batch) -> (new_state, metrics)`; jitted with the state donated.
+
+  Metrics: actor/loss, actor/pg_loss, actor/kl (kl_coef > 0), actor/entropy,
+  actor/pg_clipfrac, actor/pg_clipfrac_lower, actor/ppo_kl, actor/grad_norm
+  (before clipping), actor/lr, actor/update_skipped.
+  """
+  cfg = state.config
+  batch = {k: jnp.asarray(v) for k, v in batch.items()}
+  mask_BxC = batch["loss_mask_BxC"].astype(jnp.float32)
+  # Counted over the whole batch, before any split: this is what makes micro-batching exact.
+  _, denominator = grpo.aggregate_terms(mask_BxC, mask_BxC, cfg.agg_mode)
+  denominator = jnp.maximum(denominator, 1.0)
+  num_tokens = jnp.maximum(mask_BxC.sum(), 1.0)
+
+  grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
+
+  def accumulate(grads, mb):
+    (loss, aux), g = grad_fn(state.params, state, mb, denominator)
+    grads = jax.tree.map(lambda acc, x: acc + x.astype(jnp.float32), grads, g)
+    return grads, dict(aux, **{"actor/loss": loss})
+
+  zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params)
+  grads, aux = jax.lax.scan(accumulate, zeros, _split_micro(batch, cfg.micro_batch_size))
+  metrics = {k: v.sum() for k, v in aux.items()}
+  for name in ("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl"):
+    metrics[name] = metrics[name] / num_tokens
+
+  grad_norm = optax.global_norm(grads)
+  params_f32 = _cast(state.params, jnp.float32)
+  updates, opt_state = make_optimizer(cfg).update(grads, state.opt_state, params_f32)
+  params = _cast(optax.apply_updates(params_f32, updates), jnp.dtype(cfg.param_dtype))
+  # As verl: a non-finite gradient skips the update rather than poisoning the weights.
+  finite = jnp.isfinite(grad_norm)
+  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+  metrics.update({"actor/grad_norm": grad_norm, "actor/lr": lr_schedule(cfg)(state.step),
+                  "actor/update_skipped": 1.0 - finite.astype(jnp.float32)})
+  new_state = state.replace(step=state.step + 1, params=keep(params, state.params),
+                            opt_state=keep(opt_state, state.opt_state),
+                            rng=jax.random.fold_in(state.rng, state.step))
+  return new_state, metrics
+
+
+train_step = jax.jit(_train_step, donate_argnums=0)
