@@ -1,0 +1,7 @@
+"""Evaluation suites: `python -m rlsvr.eval --config=configs/eval_<suite>.py`.
+
+Modules: `data` (shared folder, local files, hub), `generation` (model loading,
+batched chat generation), `runner` (cache, progress, results files),
+`math_suites`, `summ_suites`, `pairwise`, `rlsr_suites` (one per suite).
+This package stays light: scoring worker processes import it.
+"""

@@ -1,0 +1,139 @@
+"""The evaluated model: loading from any source, and batched text generation.
+
+`load(model)` accepts what `--config.model` may name: a model source
+(`rlsvr.model.sources`: "smollm2", "hub:<name>", "random:<preset>", an HF
+directory) or a training run (its workdir, or its `checkpoints/` folder), whose
+model source and tokenizer come from the run's saved config.
+
+`Generator` turns prompt texts into response texts: one user message through
+the chat template, the sampler in batches, special tokens stripped. A prompt
+that does not fit `max_prompt_tokens` is cut inside its `Prompt.body` (the
+document), never inside the instructions.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any, NamedTuple, Sequence
+
+
+class Prompt(NamedTuple):
+  """A user message `before + body + after`; only `body` is shortened to fit."""
+
+  before: str
+  body: str
+  after: str = ""
+
+
+def checkpoint_dir(model: str) -> pathlib.Path | None:
+  """The orbax checkpoints folder of a training run named by `model`, or None."""
+  path = pathlib.Path(model).expanduser()
+  if (path / "checkpoints").is_dir():
+    path = path / "checkpoints"
+  if path.is_dir() and any(p.name.isdigit() and (p / "meta").is_dir() for p in path.iterdir()):
+    return path
+  return None
+
+
+def load(model: str, *, tokenizer: str = "", dtype: str = "float32", seed: int = 0,
+         step: int | None = None):
+  """(ModelConfig, params, tokenizer, description) of a model source or a training run."""
+  import jax  # noqa: PLC0415
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  from rlsvr.model import sources, tokenizer as tokenizers  # noqa: PLC0415
+
+  ckpt = checkpoint_dir(model)
+  if ckpt is None:
+    config, params, tok = sources.load_model(model, dtype=jnp.dtype(dtype), seed=seed,
+                                             tokenizer=tokenizer)
+    return config, params, tok, model
+  from rlsvr import checkpoint  # noqa: PLC0415
+
+  step, config, params = checkpoint.restore_params(str(ckpt), step)
+  run = json.loads(checkpoint.read_meta(str(ckpt), step)[1]["config"])
+  params = jax.tree.map(lambda x: x.astype(dtype), params)
+  name = tokenizer or run["model"].get("tokenizer", "")
+  if name == "qwen3":
+    tok = tokenizers.qwen3_tokenizer()
+  elif name:
+    tok = tokenizers.load_tokenizer(name)
+  else:
+    where = sources.resolve(run["model"]["source"])
+    if not isinstance(where, pathlib.Path):
+      raise sources.ModelSourceError(f"{model}: the run has no tokenizer; set --config.tokenizer")
+    tok = tokenizers.load_tokenizer(where)
+  return config, params, tok, f"{model} (step {step})"
+
+
+class Generator:
+  """Batched chat generation with one model (see the module docstring)."""
+
+  def __init__(self, model_config, params, tokenizer, *, max_prompt_tokens: int = 4096,
+               batch_size: int = 16, chat_template_kwargs: dict[str, Any] | None = None,
+               name: str = ""):
+    from rlsvr.sampling import Buckets, Sampler  # noqa: PLC0415
+
+    self.params = params
+    self.tokenizer = tokenizer
+    self.max_prompt_tokens = max_prompt_tokens
+    self.batch_size = batch_size
+    self.chat_template_kwargs = dict(chat_template_kwargs or {})
+    self.name = name
+    eos = {tokenizer.eos_token_id}
+    if isinstance(model_config.eos_token_id, int):
+      eos.add(model_config.eos_token_id)
+    # Few compiled shapes: every batch is padded to batch_size, every prompt to >= 256 tokens.
+    # Evaluation prompts are mostly that long anyway, and a compile costs more than the padding.
+    pow2 = [2**i for i in range(21)]
+    buckets = Buckets(batch=tuple(b for b in pow2 if b >= batch_size),
+                      prompt=tuple(b for b in pow2 if b >= min(256, max_prompt_tokens)))
+    self.sampler = Sampler(model_config, eos_ids=sorted(e for e in eos if e is not None),
+                           tokenizer=tokenizer, buckets=buckets)
+
+  def _template(self, text: str) -> list[int]:
+    out = self.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=True, add_generation_prompt=True,
+        return_dict=False, **self.chat_template_kwargs)
+    return [int(t) for t in out]
+
+  def encode(self, prompt: str | Prompt) -> list[int]:
+    """Prompt ids; a `Prompt` body is cut (from its end) until the whole fits."""
+    if isinstance(prompt, str):
+      prompt = Prompt(prompt, "")
+    ids = self._template(prompt.before + prompt.body + prompt.after)
+    excess = len(ids) - self.max_prompt_tokens
+    if excess <= 0:
+      return ids
+    body_ids = self.tokenizer.encode(prompt.body, add_special_tokens=False)
+    keep = len(body_ids)
+    for _ in range(3):  # Decoding a cut can merge or split tokens at the seam: recheck.
+      keep -= excess + 8
+      if keep <= 0:
+        break
+      ids = self._template(prompt.before + self.tokenizer.decode(body_ids[:keep]) + prompt.after)
+      excess = len(ids) - self.max_prompt_tokens
+      if excess <= 0:
+        return ids
+    raise ValueError(f"prompt does not fit max_prompt_tokens={self.max_prompt_tokens}: its "
+                     "instructions alone are too long")
+
+  def __call__(self, prompts: Sequence[str | Prompt], *, max_new_tokens: int,
+               temperature: float = 0.0, top_p: float = 1.0, seed: int = 0) -> list[str]:
+    """One response text per prompt, in order."""
+    texts = []
+    encoded = [self.encode(p) for p in prompts]
+    for start in range(0, len(encoded), self.batch_size):
+      completions = self.sampler(self.params, encoded[start:start + self.batch_size],
+                                 max_new_tokens=max_new_tokens, temperature=temperature,
+                                 top_p=top_p, seed=(seed * 1_000_003 + start) % 2**31)
+      texts += [self.tokenizer.decode(list(c.ids), skip_special_tokens=True)
+                for c in completions]
+    return texts
+
+
+def build(c_model: str, *, tokenizer: str = "", dtype: str = "float32", seed: int = 0,
+          step: int | None = None, **kwargs: Any) -> Generator:
+  """A `Generator` for `--config.model`-style names (`load` + `Generator`)."""
+  config, params, tok, name = load(c_model, tokenizer=tokenizer, dtype=dtype, seed=seed, step=step)
+  return Generator(config, params, tok, name=name, **kwargs)
