@@ -17,19 +17,8 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-
-@dataclasses.dataclass(frozen=True)
-class Completion:
-  """One sampled continuation, as the sampler returns it.
-
-  `ids` includes the EOS token when one was produced and nothing after it;
-  `logprobs[i]` is the log-probability of `ids[i]` under the distribution the
-  sampler actually drew from; `finish_reason` is "eos", "stop" or "length".
-  """
-
-  ids: tuple[int, ...]
-  logprobs: tuple[float, ...]
-  finish_reason: str
+# The sampler owns the type; re-exported so environments import it from here.
+from rlsvr.sampling.completion import Completion  # noqa: F401
 
 
 class SampleFn(Protocol):

@@ -372,11 +372,7 @@ def forward(config: ModelConfig, params: Params, tokens_BxT, positions_BxT, kv_m
 
 def decode_step(config: ModelConfig, params: Params, tokens_Bx1, positions_Bx1, kv_mask_BxS,
                 cache: KVCache, cache_index):
-  """`forward` for one token per row with a cache: same contract, faster in a decode loop.
-
-  The token occupies slot `cache_index`; it attends to the earlier slots whose
-  `kv_mask_BxS` is true and to itself. Returns (hidden_Bx1xD, cache).
-  """
+  """`forward` of one token per row into `cache` (same contract), faster in decode loops."""
   earlier_BxS = kv_mask_BxS.astype(bool) & (jnp.arange(cache.max_len) < cache_index)[None]
   hidden_Bx1xD, k_new_LxBxKxDh, v_new_LxBxKxDh = _module(config, params).decode(
       tokens_Bx1, positions_Bx1, earlier_BxS, cache)

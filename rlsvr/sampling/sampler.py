@@ -1,0 +1,300 @@
+"""Jitted KV-cache generation: one compiled prefill, one compiled decode loop.
+
+  prefill(params, tokens_BxP, pads_B)          -> DecodeState (cache inside)
+  decode(params, state, stop_at, max_new, ...) -> DecodeState   # state donated
+
+Prompts are left-padded to a bucketed length P and the batch to a bucketed size
+B; the cache holds S = P + N slots with N the bucketed `max_new_tokens`, so a
+training run compiles one (prefill, decode) pair per (B, P, N) bucket, not per
+call. Temperature, top-p, top-k, `max_new_tokens`, the EOS ids and the PRNG key
+are traced arguments: changing them never recompiles.
+
+The decode loop is a `lax.while_loop` that runs until every row is done (EOS or
+`max_new_tokens`) or until `stop_at`; the host calls it once, or in chunks of
+`chunk_size` steps when stop strings must be checked between chunks (see
+`stop.py`). Each step samples from the logits carried from the previous step,
+records the token and its logprob, and feeds the token back through the model.
+
+PRNG: a `Sampler` splits its key on every call; step i of a call uses
+`fold_in(call_key, i)`. Same seed, same calls -> same outputs.
+
+Params may live on a device mesh (`rlsvr.parallel.shard_params`): the sampler
+lays the batch over the mesh's data/fsdp axes and the cache's KV heads over
+`tensor` where the sizes divide, and lets XLA propagate the rest.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from rlsvr.model import qwen3
+from rlsvr.model.config import ModelConfig
+from rlsvr.sampling import strategies
+from rlsvr.sampling.completion import Completion
+from rlsvr.sampling.stop import StopStrings
+
+_MAX_EOS_IDS = 8  # EOS ids travel as a fixed-size traced array, padded with -1.
+_POW2 = tuple(2**i for i in range(21))
+
+
+@dataclasses.dataclass(frozen=True)
+class Buckets:
+  """Allowed padded sizes; a size is rounded up to the smallest bucket >= it."""
+
+  batch: tuple[int, ...] = _POW2
+  prompt: tuple[int, ...] = tuple(b for b in _POW2 if b >= 16)
+  new_tokens: tuple[int, ...] = tuple(b for b in _POW2 if b >= 16)
+
+  @staticmethod
+  def pick(n: int, options: Sequence[int], what: str) -> int:
+    for b in sorted(options):
+      if b >= n:
+        return b
+    raise ValueError(f"{what}={n} exceeds the largest bucket {max(options)}")
+
+
+class DecodeState(NamedTuple):
+  """Everything the decode loop carries; N = S - P generated-token slots."""
+
+  cache: qwen3.KVCache
+  logits_BxV: jax.Array  # Next-token logits (from the last fed token).
+  tokens_BxN: jax.Array
+  logprobs_BxN: jax.Array
+  lengths_B: jax.Array  # Tokens generated per row (EOS included).
+  done_B: jax.Array
+  step: jax.Array  # Tokens generated so far by every not-done row.
+  pads_B: jax.Array  # Left padding of each prompt.
+
+
+def _batch_sharding(mesh, batch: int):
+  """Lays the batch over the mesh's data and fsdp axes when it divides them."""
+  if mesh is None:
+    return None
+  axes = tuple(a for a in ("data", "fsdp") if mesh.shape.get(a, 1) > 1)
+  size = int(np.prod([mesh.shape[a] for a in axes])) if axes else 1
+  return axes if axes and batch % size == 0 else None
+
+
+def _constrain(x, mesh, spec):
+  return x if mesh is None else jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+
+@functools.partial(jax.jit, static_argnames=("config", "new_len", "cache_dtype", "mesh"))
+def _prefill(params, tokens_BxP, pads_B, done_B, *, config: ModelConfig, new_len: int, cache_dtype,
+             mesh=None) -> DecodeState:
+  b, p = tokens_BxP.shape
+  batch_axes = _batch_sharding(mesh, b)
+  cache = qwen3.init_cache(config, b, p + new_len, cache_dtype)
+  if mesh is not None:
+    heads = "tensor" if config.num_kv_heads % mesh.shape["tensor"] == 0 else None
+    cache = qwen3.KVCache(_constrain(cache.k_LxBxKxDhxS, mesh, P(None, batch_axes, heads)),
+                          _constrain(cache.v_LxBxKxSxDh, mesh, P(None, batch_axes, heads)))
+  kv_mask_BxS = jnp.arange(p + new_len)[None, :] >= pads_B[:, None]
+  positions_BxP = jnp.maximum(jnp.arange(p)[None, :] - pads_B[:, None], 0)
+  hidden_BxPxD, cache = qwen3.forward(config, params, tokens_BxP, positions_BxP, kv_mask_BxS,
+                                      cache, 0)
+  # Left padding puts every row's last prompt token in the last column.
+  logits_BxV = qwen3.unembed(config, params, hidden_BxPxD[:, -1:])[:, 0]
+  return DecodeState(
+      cache=cache,
+      logits_BxV=logits_BxV,
+      tokens_BxN=jnp.zeros((b, new_len), jnp.int32),
+      logprobs_BxN=jnp.zeros((b, new_len), jnp.float32),
+      lengths_B=jnp.zeros((b,), jnp.int32),
+      done_B=done_B,
+      step=jnp.int32(0),
+      pads_B=pads_B,
+  )
+
+
+@functools.partial(jax.jit, static_argnames=("config",), donate_argnames=("state",))
+def _decode(params, state: DecodeState, stop_at, max_new, sampling: strategies.SamplingParams,
+            eos_E, key, *, config: ModelConfig) -> DecodeState:
+  p = state.cache.max_len - state.tokens_BxN.shape[1]
+  s = state.cache.max_len
+  kv_mask_BxS = jnp.arange(s)[None, :] >= state.pads_B[:, None]
+
+  def cond(st: DecodeState):
+    return (st.step < stop_at) & ~jnp.all(st.done_B)
+
+  def body(st: DecodeState) -> DecodeState:
+    i = st.step
+    tok_B, lp_B = strategies.sample(jax.random.fold_in(key, i), st.logits_BxV, sampling)
+    active_B = ~st.done_B
+    done_B = st.done_B | jnp.any(tok_B[:, None] == eos_E[None, :], axis=-1) | (i + 1 >= max_new)
+    positions_Bx1 = (p - st.pads_B + i)[:, None]
+    hidden_Bx1xD, cache = qwen3.decode_step(config, params, tok_B[:, None], positions_Bx1,
+                                            kv_mask_BxS, st.cache, p + i)
+    return DecodeState(
+        cache=cache,
+        logits_BxV=qwen3.unembed(config, params, hidden_Bx1xD)[:, 0],
+        tokens_BxN=jax.lax.dynamic_update_slice(st.tokens_BxN, tok_B[:, None], (0, i)),
+        logprobs_BxN=jax.lax.dynamic_update_slice(st.logprobs_BxN, lp_B[:, None], (0, i)),
+        lengths_B=jnp.where(active_B, i + 1, st.lengths_B),
+        done_B=done_B,
+        step=i + 1,
+        pads_B=st.pads_B,
+    )
+
+  return jax.lax.while_loop(cond, body, state)
+
+
+def compile_count() -> int:
+  """Compiled (prefill + decode) variants in this process, across all samplers."""
+  return _prefill._cache_size() + _decode._cache_size()
+
+
+def _mesh_of(params):
+  """The multi-device mesh the params live on, if any (the batch is laid over it)."""
+  for leaf in jax.tree.leaves(params):
+    sharding = getattr(leaf, "sharding", None)
+    if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
+      return sharding.mesh
+  return None
+
+
+class Sampler:
+  """Reusable generation for a model config: compiled functions and a PRNG stream.
+
+  Usage in a training loop:
+
+    sampler = Sampler(config, eos_ids=(tok.eos_token_id,), seed=0)
+    completions = sampler(params, prompts, max_new_tokens=512, temperature=1.0)
+  """
+
+  def __init__(self, config: ModelConfig, *, eos_ids: Sequence[int] = (),
+               stop_strings: Sequence[str] = (), tokenizer=None, seed: int = 0,
+               buckets: Buckets = Buckets(), chunk_size: int = 32, cache_dtype=None):
+    self.config = config
+    self.eos_ids = tuple(eos_ids)
+    self.stop_strings = tuple(stop_strings)
+    self.tokenizer = tokenizer
+    self.buckets = buckets
+    self.chunk_size = chunk_size
+    self.cache_dtype = cache_dtype
+    self._key = jax.random.key(seed)
+
+  def __call__(self, params, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+               temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+               eos_ids: Sequence[int] | None = None, stop_strings: Sequence[str] | None = None,
+               seed: int | None = None) -> list[Completion]:
+    """One completion per prompt (lists of token ids), in prompt order.
+
+    `eos_ids` / `stop_strings` override the sampler's for this call; `seed`
+    gives this call a fixed key instead of the next one of the sampler's stream.
+    """
+    if seed is None:
+      self._key, key = jax.random.split(self._key)
+    else:
+      key = jax.random.split(jax.random.key(seed))[1]
+    return self._generate(params, prompts, key, max_new_tokens,
+                          strategies.SamplingParams.make(temperature, top_p, top_k),
+                          self.eos_ids if eos_ids is None else tuple(eos_ids),
+                          self.stop_strings if stop_strings is None else tuple(stop_strings))
+
+  def continue_conversations(self, params, histories: Sequence[Sequence[int]],
+                             new_turns: Sequence[Sequence[int]], **sampling: Any
+                             ) -> tuple[list[Completion], list[list[int]]]:
+    """Multi-turn helper: samples after `history + new_turn` for each conversation.
+
+    Returns the completions and the extended histories (history + new turn +
+    completion ids), ready for the next turn. Each turn re-prefills the whole
+    conversation: prefill is one batched forward, small next to the decode loop,
+    and keeping per-conversation caches alive between turns would pin memory
+    the other game phases need.
+    """
+    if len(histories) != len(new_turns):
+      raise ValueError(f"{len(histories)} histories but {len(new_turns)} new turns")
+    prompts = [list(h) + list(t) for h, t in zip(histories, new_turns)]
+    completions = self(params, prompts, **sampling)
+    return completions, [p + list(c.ids) for p, c in zip(prompts, completions)]
+
+  def _generate(self, params, prompts, key, max_new_tokens, sampling, eos_ids, stop_strings):
+    if not prompts:
+      return []
+    if any(len(p) == 0 for p in prompts):
+      raise ValueError("every prompt needs at least one token")
+    if max_new_tokens < 1:
+      raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if len(eos_ids) > _MAX_EOS_IDS:
+      raise ValueError(f"at most {_MAX_EOS_IDS} eos ids, got {len(eos_ids)}")
+    stops = StopStrings(stop_strings, self.tokenizer)
+    n = len(prompts)
+    b = Buckets.pick(n, self.buckets.batch, "batch size")
+    p = Buckets.pick(max(len(x) for x in prompts), self.buckets.prompt, "prompt length")
+    new_len = Buckets.pick(max_new_tokens, self.buckets.new_tokens, "max_new_tokens")
+    tokens_BxP = np.zeros((b, p), np.int32)
+    pads_B = np.full((b,), p - 1, np.int32)  # Batch-padding rows: a 1-token prompt.
+    for row, prompt in enumerate(prompts):
+      tokens_BxP[row, p - len(prompt):] = prompt
+      pads_B[row] = p - len(prompt)
+    done_B = np.arange(b) >= n  # Batch-padding rows never hold the loop open.
+    mesh = _mesh_of(params)
+    batch_axes = _batch_sharding(mesh, b)
+    if batch_axes is not None:
+      tokens_BxP = jax.device_put(tokens_BxP, NamedSharding(mesh, P(batch_axes)))
+      pads_B = jax.device_put(pads_B, NamedSharding(mesh, P(batch_axes)))
+      done_B = jax.device_put(done_B, NamedSharding(mesh, P(batch_axes)))
+    state = _prefill(params, tokens_BxP, pads_B, done_B, config=self.config, new_len=new_len,
+                     cache_dtype=self.cache_dtype or jax.tree.leaves(params)[0].dtype,
+                     mesh=mesh)
+    eos_E = jnp.asarray(list(eos_ids) + [-1] * (_MAX_EOS_IDS - len(eos_ids)), jnp.int32)
+    chunk = self.chunk_size if stops else max_new_tokens
+    stopped = {}  # row -> kept length, for rows cut at a stop string
+    checked = np.zeros(n, np.int64)
+    while True:
+      state = _decode(params, state, jnp.minimum(state.step + chunk, max_new_tokens),
+                      jnp.int32(max_new_tokens), sampling, eos_E, key, config=self.config)
+      step, done_B = int(state.step), np.array(state.done_B)
+      if stops:
+        tokens_BxN, lengths_B = np.asarray(state.tokens_BxN), np.asarray(state.lengths_B)
+        for row in range(n):
+          if row in stopped or lengths_B[row] <= checked[row]:
+            continue
+          end = stops.find_end(tokens_BxN[row, :lengths_B[row]].tolist(), int(checked[row]))
+          checked[row] = lengths_B[row]
+          if end is not None:
+            stopped[row] = end
+            done_B[row] = True
+        state = state._replace(done_B=jnp.asarray(done_B))
+      if done_B[:n].all() or step >= max_new_tokens:
+        break
+    return self._completions(state, n, eos_ids, stopped)
+
+  @staticmethod
+  def _completions(state: DecodeState, n: int, eos_ids, stopped) -> list[Completion]:
+    tokens_BxN = np.asarray(state.tokens_BxN)
+    logprobs_BxN = np.asarray(state.logprobs_BxN)
+    lengths_B = np.asarray(state.lengths_B)
+    out = []
+    for row in range(n):
+      length = stopped.get(row, int(lengths_B[row]))
+      ids = tuple(int(t) for t in tokens_BxN[row, :length])
+      if row in stopped:
+        reason = "stop"
+      elif ids and ids[-1] in eos_ids:
+        reason = "eos"
+      else:
+        reason = "length"
+      out.append(Completion(ids, tuple(float(x) for x in logprobs_BxN[row, :length]), reason))
+    return out
+
+
+def generate(config: ModelConfig, params, prompts: Sequence[Sequence[int]], *,
+             max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+             eos_ids: Sequence[int] = (), stop_strings: Sequence[str] = (), tokenizer=None,
+             seed: int = 0) -> list[Completion]:
+  """Samples one completion per prompt (see the module doc); `temperature=0` is greedy.
+
+  The compiled functions are module-level and shared by every `Sampler`, so
+  repeated calls with bucketed shapes do not recompile.
+  """
+  sampler = Sampler(config, tokenizer=tokenizer)
+  return sampler(params, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                 top_p=top_p, top_k=top_k, eos_ids=eos_ids, stop_strings=stop_strings, seed=seed)

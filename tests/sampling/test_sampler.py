@@ -1,0 +1,203 @@
+"""The sampler end to end: parity with transformers, logprobs, EOS/stop, PRNG, compiles, meshes.
+
+Most tests share one shape bucket (batch 4, prompt 16, 64 new tokens) of one tiny
+model, so the file compiles a handful of programs.
+"""
+import jax
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from rlsvr import parallel
+from rlsvr.model import assets, hf, qwen3
+from rlsvr.sampling import Buckets, Sampler, compile_count, generate, strategies
+from tests.model.hf_reference import make_hf_model
+
+NEW = 64
+apply = jax.jit(qwen3.apply, static_argnums=0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+  """torch's OpenMP threads spin against other processes on a loaded 2-core machine
+  (measured 10x slower generate with 2 threads than with 1)."""
+  threads = torch.get_num_threads()
+  torch.set_num_threads(1)
+  yield
+  torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+  return make_hf_model("qwen3", seed=0, tie_word_embeddings=False)
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny):
+  rng = np.random.default_rng(0)
+  return [rng.integers(1, tiny[1].vocab_size, n).tolist() for n in (5, 16, 9)]
+
+
+@pytest.fixture(scope="module")
+def greedy(tiny, prompts):
+  _, config, params = tiny
+  return generate(config, params, prompts, max_new_tokens=NEW, temperature=0.0)
+
+
+def hf_greedy(model, prompts, new_tokens, **kwargs):
+  t = max(map(len, prompts))
+  ids = torch.tensor([[0] * (t - len(p)) + list(p) for p in prompts])
+  mask = torch.tensor([[0] * (t - len(p)) + [1] * len(p) for p in prompts])
+  with torch.no_grad():
+    out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                         max_new_tokens=new_tokens, pad_token_id=0, **kwargs)
+  return out[:, t:].tolist()
+
+
+def test_greedy_equals_transformers_generate(tiny, prompts, greedy):
+  ref = hf_greedy(tiny[0], prompts, NEW, min_new_tokens=NEW, eos_token_id=None)
+  assert [list(c.ids) for c in greedy] == ref
+  assert all(c.finish_reason == "length" and len(c.ids) == NEW for c in greedy)
+
+
+def test_greedy_equals_transformers_on_smollm2():
+  try:
+    path = assets.smollm2_135m()
+  except assets.AssetError as e:
+    pytest.skip(f"SmolLM2-135M is not available offline: {e}")
+  tok = transformers.AutoTokenizer.from_pretrained(path)
+  prompts = [tok.encode(t) for t in ("The three primary colours are",
+                                     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci")]
+  model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+  ref = hf_greedy(model, prompts, NEW)  # Stops at EOS like ours (and pads after it).
+  config, params = hf.load_pretrained(path)
+  ours = generate(config, params, prompts, max_new_tokens=NEW, temperature=0.0,
+                  eos_ids=(tok.eos_token_id,))
+  for c, r in zip(ours, ref):
+    assert list(c.ids) == r[:len(c.ids)] and (len(c.ids) == NEW or c.finish_reason == "eos")
+  assert sum(len(c.ids) for c in ours) >= NEW
+
+
+def teacher_forced_logits(config, params, prompts, completions):
+  """Logits that predict each completion token, from one plain forward over everything."""
+  seqs = [list(p) + list(c.ids) for p, c in zip(prompts, completions)]
+  t = max(map(len, seqs))
+  tokens = np.array([[0] * (t - len(s)) + s for s in seqs])
+  mask = np.array([[0] * (t - len(s)) + [1] * len(s) for s in seqs])
+  logits = np.asarray(apply(config, params, tokens, mask))
+  return [logits[b, t - len(c.ids) - 1:t - 1] for b, c in enumerate(completions)]
+
+
+@pytest.mark.parametrize("temperature,top_p,top_k", [
+    (1.0, 1.0, 0), (0.0, 1.0, 0), (0.7, 1.0, 0), (1.3, 1.0, 20), (1.0, 0.8, 0), (0.8, 0.9, 50)])
+def test_logprobs_are_those_of_the_sampling_distribution(tiny, prompts, temperature, top_p,
+                                                         top_k):
+  _, config, params = tiny
+  out = generate(config, params, prompts, max_new_tokens=NEW, temperature=temperature,
+                 top_p=top_p, top_k=top_k, seed=1)
+  sampling = strategies.SamplingParams.make(temperature, top_p, top_k)
+  for c, logits_TxV in zip(out, teacher_forced_logits(config, params, prompts, out)):
+    table = np.asarray(jax.jit(strategies.log_probs)(logits_TxV, sampling))
+    expected = table[np.arange(len(c.ids)), list(c.ids)]
+    np.testing.assert_allclose(c.logprobs, expected, atol=1e-4)
+  if temperature == 1.0 and top_p == 1.0:  # Plain sampling: the model's own log-softmax.
+    logits = teacher_forced_logits(config, params, prompts, out)[0]
+    np.testing.assert_allclose(out[0].logprobs, jax.nn.log_softmax(logits)[
+        np.arange(NEW), list(out[0].ids)], atol=1e-4)
+
+
+def test_eos_ends_a_row_and_is_included(tiny, prompts, greedy):
+  _, config, params = tiny
+  eos = greedy[0].ids[5]
+  out = generate(config, params, prompts, max_new_tokens=NEW, temperature=0.0, eos_ids=(eos, 9999))
+  for full, c in zip(greedy, out):
+    cut = full.ids.index(eos) + 1 if eos in full.ids else NEW
+    assert c.ids == full.ids[:cut]
+    np.testing.assert_allclose(c.logprobs, full.logprobs[:cut], atol=1e-5)
+    assert c.finish_reason == ("eos" if eos in full.ids else "length")
+  assert out[0].ids[-1] == eos and len(out[0].ids) <= 6
+
+
+class LetterTokenizer:
+
+  def decode(self, ids, skip_special_tokens=False):
+    return "".join(chr(97 + i % 26) for i in ids)
+
+
+def test_stop_string_across_a_chunk_boundary(tiny, prompts, greedy):
+  _, config, params = tiny
+  text = LetterTokenizer().decode(greedy[1].ids)
+  stop = text[31:34]  # Spans tokens 31..33: the first chunk of 32 ends inside it.
+  end = text.index(stop) + len(stop)
+  sampler = Sampler(config, tokenizer=LetterTokenizer(), chunk_size=32)
+  out = sampler(params, prompts, max_new_tokens=NEW, temperature=0.0, stop_strings=[stop])
+  assert out[1].ids == greedy[1].ids[:end] and out[1].finish_reason == "stop"
+  for full, c in zip(greedy, out):
+    t = LetterTokenizer().decode(full.ids)
+    assert c.finish_reason == ("stop" if stop in t else "length")
+    assert len(c.ids) == (t.index(stop) + len(stop) if stop in t else NEW)
+
+
+def test_same_seed_same_samples_and_calls_advance_the_key(tiny, prompts):
+  _, config, params = tiny
+  kw = dict(max_new_tokens=NEW, temperature=1.0)
+  a, b = Sampler(config, seed=3), Sampler(config, seed=3)
+  first_a, first_b = a(params, prompts, **kw), b(params, prompts, **kw)
+  assert first_a == first_b
+  assert a(params, prompts, **kw) != first_a
+  assert generate(config, params, prompts, seed=5, **kw) == generate(config, params, prompts,
+                                                                     seed=5, **kw)
+  assert generate(config, params, prompts, seed=6, **kw) != generate(config, params, prompts,
+                                                                     seed=5, **kw)
+
+
+def test_varied_calls_compile_once_per_bucket(tiny):
+  _, config, params = tiny
+  sampler = Sampler(config, buckets=Buckets(batch=(2, 4), prompt=(16,), new_tokens=(64,)))
+  rng = np.random.default_rng(1)
+  before = compile_count()
+  for i in range(20):
+    batch = int(rng.integers(1, 5))
+    batch_prompts = [rng.integers(1, 500, int(rng.integers(1, 17))).tolist() for _ in range(batch)]
+    out = sampler(params, batch_prompts, max_new_tokens=int(rng.integers(1, NEW + 1)),
+                  temperature=[0.0, 0.5, 1.0, 1.5][i % 4], top_p=[1.0, 0.9][i % 2],
+                  top_k=[0, 10, 0][i % 3])
+    assert len(out) == batch
+  # Batch buckets 2 and 4 (4 is shared with the other tests): at most one new pair.
+  assert compile_count() - before <= 2
+
+
+def test_sharded_params_give_the_same_greedy_output(tiny, prompts, greedy):
+  _, config, params = tiny
+  mesh = parallel.make_mesh({"fsdp": 2, "tensor": 4})
+  sharded = parallel.shard_params(params, mesh)
+  out = generate(config, sharded, prompts, max_new_tokens=NEW, temperature=0.0)
+  assert [c.ids for c in out] == [c.ids for c in greedy]
+  np.testing.assert_allclose([c.logprobs for c in out], [c.logprobs for c in greedy], atol=1e-4)
+
+
+def test_multi_turn_continues_each_conversation(tiny, prompts):
+  _, config, params = tiny
+  sampler = Sampler(config)
+  histories = [list(prompts[0]), list(prompts[2])]
+  turns = [[7], [8, 9]]  # Stays in the (batch 2, prompt 16) bucket compiled above.
+  out, new_histories = sampler.continue_conversations(params, histories, turns,
+                                                      max_new_tokens=NEW, temperature=0.0)
+  direct = sampler(params, [h + t for h, t in zip(histories, turns)], max_new_tokens=NEW,
+                   temperature=0.0)
+  assert out == direct
+  assert new_histories == [h + t + list(c.ids) for h, t, c in zip(histories, turns, out)]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(prompts=[[1], []]), "at least one token"),
+    (dict(stop_strings=["x"]), "tokenizer"),
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(max_new_tokens=10**9), "largest bucket"),
+])
+def test_invalid_requests_are_refused(tiny, kwargs, match):
+  _, config, params = tiny
+  call = dict(prompts=[[1, 2]], max_new_tokens=4) | kwargs
+  with pytest.raises(ValueError, match=match):
+    generate(config, params, call.pop("prompts"), **call)
