@@ -50,13 +50,15 @@ def make_mesh(shape: dict[str, int] | None = None, devices=None) -> Mesh:
     raise ValueError(f"unknown mesh axes {sorted(unknown)}; use {MESH_AXES}")
   free = [a for a, n in sizes.items() if n == -1]
   known = int(np.prod([n for n in sizes.values() if n != -1]))
-  if len(free) > 1 or devices.size % known:
+  if len(free) > 1 or (free and devices.size % known):
     raise ValueError(f"mesh {sizes} does not fit {devices.size} devices")
   for a in free:
     sizes[a] = devices.size // known
   dims = tuple(sizes[a] for a in MESH_AXES)
-  if int(np.prod(dims)) != devices.size:
-    raise ValueError(f"mesh {sizes} uses {np.prod(dims)} devices, {devices.size} available")
+  if int(np.prod(dims)) > devices.size:
+    raise ValueError(f"mesh {sizes} needs {np.prod(dims)} devices, {devices.size} available")
+  # A fully specified smaller mesh takes the first devices (e.g. a 1-device CPU run).
+  devices = devices.reshape(-1)[:int(np.prod(dims))]
   return Mesh(devices.reshape(dims), MESH_AXES,
               axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
 
@@ -66,7 +68,7 @@ def spec_for(path: str, shape: tuple[int, ...], mesh: Mesh) -> P:
   for pattern, logical in _RULES:
     if re.search(pattern, path):
       break
-  axes = [a if a is not None and dim % mesh.shape[a] == 0 else None
+  axes = [a if a is not None and mesh.shape[a] > 1 and dim % mesh.shape[a] == 0 else None
           for a, dim in zip(logical, shape)]
   return P(*axes, *([None] * (len(shape) - len(axes))))
 

@@ -18,3 +18,25 @@ import jax  # noqa: E402
 # Parity tests compare against PyTorch fp32; XLA's default CPU matmul precision is
 # already fp32, and "highest" keeps that true on backends that would use TF32/bf16.
 jax.config.update("jax_default_matmul_precision", "highest")
+
+import pytest  # noqa: E402
+
+
+def smoke_config(steps: int = 2):
+  """The spy_summ smoke experiment (tiny random Qwen3, real Qwen3 tokenizer)."""
+  from configs.spy_summ import get_config
+
+  c = get_config("smoke")
+  c.steps = steps
+  c.checkpoint.every = 1
+  return c
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+  """Workdir of a finished 2-step smoke training run (shared: training costs compile time)."""
+  from rlsvr import train
+
+  workdir = str(tmp_path_factory.mktemp("smoke_run"))
+  train.train(smoke_config(), workdir)
+  return workdir

@@ -1,0 +1,1 @@
+"""Experiment configs: one file per experiment, each a `get_config(arg)`."""

@@ -1,0 +1,61 @@
+"""Defaults shared by every experiment; experiment files override what differs.
+
+Not a runnable config by itself: `spy_*.py` and `rlsr_*.py` build on it.
+"""
+import ml_collections
+
+
+def base_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0  # Seeds the model init (random sources), the data order, games and sampling.
+  c.steps = 200  # Training steps; each step plays whole games and makes one update.
+  c.workdir = ""  # Output folder; --workdir wins; empty: runs/<config name>.
+
+  c.model = ml_collections.ConfigDict()
+  # "smollm2" (bundled SmolLM2-135M-Instruct), "hub:<org/name>" (HF hub, needs network),
+  # "random:<preset>" (random weights of a rlsvr.model.config preset, or "random:tiny"),
+  # or a local HF directory.
+  c.model.source = "hub:Qwen/Qwen3-4B-Instruct-2507"
+  c.model.dtype = "bfloat16"  # Parameter storage / compute dtype: float32 or bfloat16.
+  # "" (the model directory's tokenizer) or "qwen3" (the offline-built Qwen3 tokenizer).
+  c.model.tokenizer = ""
+
+  c.data = ml_collections.ConfigDict()
+  c.data.source = "hub"  # "hub" (the task's dataset), "bundled", a hub name, or a local file.
+  c.data.field = ""  # Text field of local / hub rows; empty: the task's default field.
+  c.data.config = ""  # Hub dataset config name; empty: the task's default.
+  c.data.split = "train"  # Hub split.
+  c.data.limit = 0  # Read at most this many documents (0: the task's default cap).
+
+  c.sampling = ml_collections.ConfigDict()
+  c.sampling.temperature = 1.0  # 0 is greedy. Traced: changing it does not recompile.
+  c.sampling.top_p = 1.0  # Nucleus sampling mass.
+  c.sampling.top_k = 0  # 0 disables top-k.
+
+  c.grpo = ml_collections.ConfigDict()
+  c.grpo.lr = 1e-6  # AdamW learning rate (paper).
+  c.grpo.warmup_steps = 0  # Linear warmup steps.
+  c.grpo.weight_decay = 0.01  # AdamW weight decay.
+  c.grpo.max_grad_norm = 1.0  # Global-norm gradient clipping.
+  c.grpo.clip_low = 0.2  # PPO ratio clip below 1.
+  c.grpo.clip_high = 0.2  # PPO ratio clip above 1 (clip-higher when > clip_low).
+  c.grpo.clip_c = 3.0  # Dual-clip bound for negative advantages.
+  c.grpo.kl_coef = 0.001  # KL loss coefficient (paper: low_var_kl 0.001); 0: no reference.
+  c.grpo.kl_kind = "low_var_kl"  # k1 | abs | k2/mse | k3/low_var_kl.
+  c.grpo.entropy_coef = 0.0  # Entropy bonus (paper: 0).
+  c.grpo.agg_mode = "token-mean"  # verl loss_agg_mode.
+  c.grpo.norm_adv_by_std = True  # GRPO: divide group-centred rewards by the group std.
+  c.grpo.micro_batch_size = 0  # Rows per forward/backward; 0: whole batch.
+  c.grpo.remat = True  # Recompute layers in the backward pass (memory for compute).
+
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.shape = {"data": 1, "fsdp": -1, "tensor": 1}  # -1: all remaining devices.
+
+  c.checkpoint = ml_collections.ConfigDict()
+  c.checkpoint.every = 50  # Save every this many steps (and at the end).
+  c.checkpoint.keep = 3  # Keep the newest this many checkpoints.
+
+  c.log = ml_collections.ConfigDict()
+  c.log.tensorboard = True  # Write TensorBoard event files under workdir/tb.
+  c.log.wandb_project = ""  # Also log to Weights & Biases when set (needs `wandb`).
+  return c

@@ -1,0 +1,78 @@
+"""The RLSR experiment family; `rlsr_countdown.py` and `rlsr_integration.py` pick a task.
+
+Variants (comma-separated, e.g. `configs/rlsr_countdown.py:cpu,online`):
+  (none)       paper settings: batch 64 problems x 8 answers, lr 1e-6, KL 0.001,
+               answers up to 2048 tokens, the policy's initial weights judge (fixed)
+  cpu          the embedded default: SmolLM2-135M-Instruct judges itself, tiny batches
+  smoke        tiny random Qwen3 with the real Qwen3 tokenizer; seconds (tests)
+  delayed      copy the policy into the judge at step judge_delay_steps (default 50)
+  online       the judge is the current policy every step
+  t1 .. t4     Countdown judge prompt template (strictness 1..4; default 1)
+"""
+import ml_collections
+
+from configs.base import base_config
+
+VARIANTS = ("cpu", "smoke", "delayed", "online", "t1", "t2", "t3", "t4")
+
+
+def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
+  variants = [v for v in (arg or "").split(",") if v]
+  unknown = [v for v in variants if v not in VARIANTS]
+  if unknown:
+    raise ValueError(f"unknown variant(s) {unknown}; known: {VARIANTS}")
+
+  c = base_config()
+  c.env = "rlsr"  # Which environment plays the steps.
+  c.model.source = "hub:Qwen/Qwen2.5-7B-Instruct"  # The paper's policy.
+  c.rlsr = ml_collections.ConfigDict()
+  c.rlsr.task = task  # countdown | integration.
+  c.rlsr.problems_per_step = 64  # Problems per step (paper batch 64).
+  c.rlsr.group_size = 8  # Answers per problem: one GRPO group.
+  c.rlsr.judge_template = next((int(v[1]) for v in variants if v in ("t1", "t2", "t3", "t4")),
+                               1)  # Countdown judge prompt strictness 1..4.
+  c.rlsr.format_bonus = 0.1  # Reward for a well-formed <answer>.
+  c.rlsr.judge_sees = "answer"  # answer (the <answer> block) | response (everything).
+  c.rlsr.judge_weights = ("online" if "online" in variants else
+                          "delayed" if "delayed" in variants else "fixed")  # Judge schedule.
+  c.rlsr.judge_delay_steps = 50  # delayed: copy the policy into the judge at this step.
+  c.rlsr.judge_repeat = False  # delayed: copy again every judge_delay_steps.
+  c.rlsr.policy_max_new_tokens = 2048  # Answer length (paper 2048).
+  c.rlsr.judge_max_new_tokens = 1024  # Judge response length.
+  c.rlsr.symbolic_timeout_s = 2.0  # Integration verifier limits (metrics only).
+  c.rlsr.numeric_timeout_s = 5.0
+  c.judge = ml_collections.ConfigDict()
+  c.judge.source = ""  # "" : the policy's own initial weights; else a model source (fixed only).
+  c.judge.tokenizer = ""  # Tokenizer of a judge.source ("" : its directory's).
+  c.judge.temperature = 0.0  # Judge sampling; 0 = greedy verdicts.
+  c.data.source = "generate" if task == "countdown" else "ladder"  # See experiment.rlsr_problems.
+  c.data.limit = 0  # At most this many problems (0: all / 1000 generated).
+
+  if "cpu" in variants:
+    c.model.source = "smollm2"
+    c.model.dtype = "float32"
+    c.steps = 8
+    c.rlsr.problems_per_step = 2
+    c.rlsr.group_size = 4
+    c.rlsr.policy_max_new_tokens = 64
+    c.rlsr.judge_max_new_tokens = 32
+    c.grpo.lr = 1e-5  # A visible change in a few steps of a small model.
+    c.grpo.micro_batch_size = 4  # Bounds activation memory (attention scores) on a 24 GB host.
+    c.mesh.shape = {"data": 1, "fsdp": 1, "tensor": 1}
+    c.checkpoint.every = 4
+  if "smoke" in variants:
+    c.model.source = "random:tiny"
+    c.model.tokenizer = "qwen3"
+    c.model.dtype = "float32"
+    c.steps = 2
+    c.rlsr.problems_per_step = 2
+    c.rlsr.group_size = 2
+    c.rlsr.policy_max_new_tokens = 8
+    c.rlsr.judge_max_new_tokens = 8
+    c.data.limit = 16
+    c.grpo.remat = False
+    c.mesh.shape = {"data": 1, "fsdp": 1, "tensor": 1}
+    c.checkpoint.every = 1
+  if "delayed" in variants and ("cpu" in variants or "smoke" in variants):
+    c.rlsr.judge_delay_steps = 1
+  return c

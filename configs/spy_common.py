@@ -1,0 +1,85 @@
+"""The SpyRL experiment family; `spy_summ.py`, `spy_write.py`, `spy_math.py` pick a task.
+
+Variants (comma-separated, e.g. `configs/spy_summ.py:cpu,sequential`):
+  (none)      the paper's run: Qwen3-4B-Instruct-2507, 128 games per step, 8 devices
+  cpu         the embedded default: SmolLM2-135M-Instruct, bundled corpus, small games
+  smoke       tiny random Qwen3 with the real Qwen3 tokenizer; seconds (tests)
+  sequential  the two-player sequential game
+  no_spy      the no-spy ablation (clue phase only)
+  released    the released code's detection reward shaping
+  bundled     the bundled corpus instead of the hub dataset
+"""
+import ml_collections
+
+from configs.base import base_config
+from rlsvr.envs.spy.config import SpyGameConfig
+
+VARIANTS = ("cpu", "smoke", "sequential", "no_spy", "released", "bundled")
+
+
+def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
+  variants = [v for v in (arg or "").split(",") if v]
+  unknown = [v for v in variants if v not in VARIANTS]
+  if unknown:
+    raise ValueError(f"unknown variant(s) {unknown}; known: {VARIANTS}")
+  game_variant = ("sequential" if "sequential" in variants else
+                  "no_spy" if "no_spy" in variants else "parallel")
+  game = SpyGameConfig.for_task(task, game_variant)
+
+  c = base_config()
+  c.env = "spy"  # Which environment plays the steps.
+  c.spy = ml_collections.ConfigDict()
+  c.spy.task = game.task  # summarisation | writing | math.
+  c.spy.variant = game.variant  # parallel | sequential | no_spy.
+  c.spy.games_per_step = 128  # Games per step (paper: 128), one per source document.
+  c.spy.num_players = game.num_players  # Players per game.
+  c.spy.rollout_n = game.rollout_n  # Detectors per game (paper: 8; math 4).
+  c.spy.mask_fraction = game.mask_fraction  # Share of the spy's characters masked.
+  c.spy.truncate_words = game.truncate_words  # Inputs cut to their first N words.
+  c.spy.rounds = game.rounds  # Times every player writes.
+  c.spy.spy_view = game.spy_view  # masked | none (sequential writing/math).
+  c.spy.vote_pick = game.vote_pick  # Which \boxed{} is the vote: last | first.
+  c.spy.detection_reward = "released" if "released" in variants else "paper"  # paper | released.
+  c.spy.beta = game.beta  # Performance reward: spy-vs-civilian coefficient.
+  c.spy.lam = game.lam  # Performance reward: civilian-spread coefficient.
+  c.spy.baseline_momentum = game.baseline_momentum  # Role-baseline EMA momentum.
+  c.spy.training_phase = game.training_phase  # interactive | clue | decision.
+  c.spy.cycle_length = game.cycle_length  # Steps per phase when interactive.
+  c.spy.joint = False  # Train players and detectors every step.
+  c.spy.player_max_new_tokens = 4096  # Response length (paper: 4096).
+  c.spy.detector_max_new_tokens = 4096
+  c.data.source = "bundled" if "bundled" in variants else "hub"
+
+  if "cpu" in variants:
+    # Sized for ~10 minutes on 2 CPU cores: the train step over the detection prompts
+    # (reference document + every player's output) dominates, so documents are short.
+    c.model.source = "smollm2"
+    c.model.dtype = "float32"  # XLA:CPU runs fp32 faster than bf16.
+    c.data.source = "bundled"
+    c.steps = 6
+    c.sampling.temperature = 0.7  # A 135M model writes noticeably better below 1.0.
+    c.spy.games_per_step = 2
+    c.spy.rollout_n = 2
+    c.spy.truncate_words = min(game.truncate_words, 80)
+    c.spy.player_max_new_tokens = 48
+    c.spy.detector_max_new_tokens = 32
+    c.grpo.lr = 1e-5  # A visible change in a few steps of a small model.
+    c.grpo.micro_batch_size = 4  # Bounds activation memory (attention scores) on a 24 GB host.
+    c.mesh.shape = {"data": 1, "fsdp": 1, "tensor": 1}
+    c.checkpoint.every = 3
+  if "smoke" in variants:
+    c.model.source = "random:tiny"
+    c.model.tokenizer = "qwen3"
+    c.model.dtype = "float32"
+    c.data.source = "bundled"
+    c.steps = 2
+    c.spy.games_per_step = 2
+    c.spy.rollout_n = 2
+    c.spy.truncate_words = 40
+    c.spy.player_max_new_tokens = 8
+    c.spy.detector_max_new_tokens = 8
+    c.grpo.remat = False
+    c.mesh.shape = {"data": 1, "fsdp": 1, "tensor": 1}
+    c.checkpoint.every = 1
+    c.log.tensorboard = True
+  return c

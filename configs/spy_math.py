@@ -1,0 +1,14 @@
+"""SpyRL, math task (DESIGN.md "The spy game").
+
+  python -m rlsvr.train --config=configs/spy_math.py            # paper settings, 8 GPUs
+  python -m rlsvr.train --config=configs/spy_math.py:cpu        # SmolLM2-135M on the CPU
+  python -m rlsvr.train --config=configs/spy_math.py:smoke      # seconds, random tiny model
+  python -m rlsvr.train --config=configs/spy_math.py:sequential --config.steps=50
+
+Variants are listed in configs/spy_common.py.
+"""
+from configs.spy_common import spy_config
+
+
+def get_config(arg=None):
+  return spy_config("math", arg)

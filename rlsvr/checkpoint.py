@@ -1,0 +1,114 @@
+"""Orbax checkpoints of a training run: train state, environment state, run metadata.
+
+Layout under `workdir/checkpoints/<step>/`:
+  state/      params, optimizer state, step and RNG (sharded arrays, tensorstore)
+  env/        the environment's JSON state (e.g. role baselines)
+  meta/       JSON: the model config (HF config.json dict) and the run config
+  judge/      RLSR only, when the judge holds a delayed copy of the policy
+
+The frozen reference weights are not saved: they are the initial weights and
+are rebuilt from the model source on resume. Orbax writes each step to a
+temporary directory and renames it when complete, so a crash mid-save leaves
+the previous checkpoint intact and resume picks the newest complete one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+from rlsvr.model.config import ModelConfig
+from rlsvr.rl.train_step import TrainState
+
+
+def _saveable(state: TrainState) -> dict[str, Any]:
+  return {"step": state.step, "params": state.params, "opt_state": state.opt_state,
+          "rng": jax.random.key_data(state.rng)}
+
+
+_ITEMS = ("state", "env", "meta", "judge")
+
+
+class Checkpointer:
+  """Saves and restores `TrainState` + environment state under `workdir/checkpoints`."""
+
+  def __init__(self, workdir: str, *, keep: int = 3):
+    self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    self.manager = ocp.CheckpointManager(
+        self.directory,
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
+        item_names=_ITEMS)
+
+  def latest_step(self) -> int | None:
+    return self.manager.latest_step()
+
+  def save(self, step: int, state: TrainState, env_state: dict[str, Any],
+           meta: dict[str, Any], judge_params=None) -> None:
+    items = dict(state=ocp.args.StandardSave(_saveable(state)),
+                 env=ocp.args.JsonSave(env_state), meta=ocp.args.JsonSave(meta))
+    if judge_params is not None:
+      items["judge"] = ocp.args.StandardSave(judge_params)
+    self.manager.save(step, args=ocp.args.Composite(**items))
+
+  def restore_judge(self, step: int, like):
+    """The judge weights saved at `step` (shaped and sharded like `like`), or None."""
+    if "judge" not in self.manager.item_metadata(step):
+      return None
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+    restored = self.manager.restore(step, args=ocp.args.Composite(
+        judge=ocp.args.StandardRestore(abstract)))
+    return restored["judge"]
+
+  def wait(self) -> None:
+    self.manager.wait_until_finished()
+
+  def restore(self, state: TrainState, step: int | None = None
+              ) -> tuple[TrainState, dict[str, Any], dict[str, Any]]:
+    """Restores into the structure and shardings of `state` (a freshly built one)."""
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"no checkpoint in {self.directory}")
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _saveable(state))
+    restored = self.manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract),
+        env=ocp.args.JsonRestore(),
+        meta=ocp.args.JsonRestore()))
+    s = restored["state"]
+    state = dataclasses.replace(state, step=s["step"], params=s["params"],
+                                opt_state=s["opt_state"], rng=jax.random.wrap_key_data(s["rng"]))
+    return state, dict(restored["env"]), dict(restored["meta"])
+
+  def close(self) -> None:
+    self.manager.wait_until_finished()
+    self.manager.close()
+
+
+def read_meta(checkpoint_dir: str, step: int | None = None) -> tuple[int, dict[str, Any]]:
+  """(step, meta) of a run's checkpoint without building any state (for export)."""
+  manager = ocp.CheckpointManager(os.path.abspath(checkpoint_dir), item_names=_ITEMS)
+  step = manager.latest_step() if step is None else step
+  if step is None:
+    raise FileNotFoundError(f"no checkpoint in {checkpoint_dir}")
+  meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+  return step, dict(meta)
+
+
+def restore_params(checkpoint_dir: str, step: int | None = None):
+  """(step, model config, params) of a run's checkpoint, on the default device."""
+  from rlsvr.model import qwen3  # noqa: PLC0415 (only the export path needs the model)
+
+  step, meta = read_meta(checkpoint_dir, step)
+  config = ModelConfig.from_hf_dict(meta["model_config"])
+  manager = ocp.CheckpointManager(os.path.abspath(checkpoint_dir), item_names=_ITEMS)
+  abstract = qwen3.abstract_params(config, meta.get("param_dtype", "float32"))
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  restored = manager.restore(step, args=ocp.args.Composite(
+      state=ocp.args.PyTreeRestore(
+          item={"params": abstract},
+          restore_args={"params": jax.tree.map(
+              lambda x: ocp.ArrayRestoreArgs(dtype=x.dtype, sharding=device), abstract)},
+          partial_restore=True)))
+  return step, config, restored["state"]["params"]

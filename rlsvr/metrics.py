@@ -1,0 +1,135 @@
+"""Run outputs: console progress, `metrics.jsonl`, TensorBoard events and curve plots."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Mapping
+
+# Console columns: (metric, label, format). Missing metrics are skipped.
+_CONSOLE = (("phase", "phase", "{}"), ("reward/mean", "reward", "{:+.3f}"),
+            ("actor/kl", "kl", "{:.4f}"), ("actor/pg_loss", "pg", "{:+.3f}"),
+            ("spy/detect_acc", "detect", "{:.2f}"), ("self_judge/true_reward", "true", "{:.2f}"),
+            ("self_judge/judge_acc", "judge", "{:.2f}"),
+            ("perf/tokens_per_s", "tok/s", "{:.0f}"), ("perf/step_s", "s/step", "{:.1f}"))
+
+
+def _scalar(v: Any) -> float | None:
+  try:
+    f = float(v)
+  except (TypeError, ValueError):
+    return None
+  return f if math.isfinite(f) else None
+
+
+class MetricsWriter:
+  """Writes each step's metrics to the console, `metrics.jsonl` and TensorBoard."""
+
+  def __init__(self, workdir: str, total_steps: int, *, tensorboard: bool = True,
+               wandb_project: str = "", run_config: Mapping[str, Any] | None = None,
+               stream=sys.stdout):
+    self.workdir = workdir
+    self.total_steps = total_steps
+    self.stream = stream
+    self.jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+    self.tb = None
+    if tensorboard:
+      from tensorboardX import SummaryWriter  # noqa: PLC0415 (optional output)
+      self.tb = SummaryWriter(os.path.join(workdir, "tb"))
+    self.wandb = None
+    if wandb_project:
+      try:
+        import wandb  # noqa: PLC0415
+      except ImportError as e:
+        raise RuntimeError("log.wandb_project is set but `wandb` is not installed") from e
+      self.wandb = wandb.init(project=wandb_project, config=dict(run_config or {}), dir=workdir)
+    self.start = time.time()
+    self.first_step: int | None = None
+
+  def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+    record = {"step": step, "time": time.time()}
+    record.update({k: (v if isinstance(v, str) else _scalar(v)) for k, v in metrics.items()})
+    self.jsonl.write(json.dumps(record) + "\n")
+    self.jsonl.flush()
+    scalars = {k: v for k, v in record.items() if isinstance(v, float) and k != "time"}
+    if self.tb is not None:
+      for k, v in scalars.items():
+        self.tb.add_scalar(k, v, step)
+      self.tb.flush()
+    if self.wandb is not None:
+      self.wandb.log(scalars, step=step)
+    self._console(step, record)
+
+  def _console(self, step: int, record: Mapping[str, Any]) -> None:
+    if self.first_step is None:
+      self.first_step, self.start = step - 1, time.time() - (record.get("perf/step_s") or 0)
+    done = step - self.first_step
+    per_step = (time.time() - self.start) / max(done, 1)
+    eta = per_step * (self.total_steps - step)
+    parts = [f"step {step}/{self.total_steps}"]
+    for key, label, fmt in _CONSOLE:
+      if record.get(key) is not None:
+        parts.append(f"{label} {fmt.format(record[key])}")
+    parts.append(f"eta {eta / 60:.1f}m")
+    print(" | ".join(parts), file=self.stream, flush=True)
+
+  def close(self) -> None:
+    self.jsonl.close()
+    if self.tb is not None:
+      self.tb.close()
+    if self.wandb is not None:
+      self.wandb.finish()
+
+
+def read_jsonl(path: str) -> list[dict[str, Any]]:
+  """The records of a metrics.jsonl; a torn last line (crash mid-write) is skipped."""
+  out = []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      try:
+        out.append(json.loads(line))
+      except json.JSONDecodeError:
+        continue
+  return out
+
+
+# Curves worth a picture, by environment; each panel shows the keys that exist.
+PLOT_PANELS = (
+    ("reward", ("reward/mean",)),
+    ("detection / judge accuracy", ("spy/detect_acc", "self_judge/judge_acc",
+                                    "self_judge/true_reward", "self_judge/judge_tpr",
+                                    "self_judge/judge_tnr")),
+    ("KL to reference", ("actor/kl",)),
+    ("response length", ("response_length/mean",)),
+)
+
+
+def plot_curves(workdir: str, out_name: str = "curves.png") -> str | None:
+  """Plots reward and accuracy curves of `workdir/metrics.jsonl` to a PNG; returns its path."""
+  import matplotlib  # noqa: PLC0415
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # noqa: PLC0415
+
+  records = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+  panels = [(title, [k for k in keys if any(r.get(k) is not None for r in records)])
+            for title, keys in PLOT_PANELS]
+  panels = [(t, ks) for t, ks in panels if ks]
+  if not records or not panels:
+    return None
+  fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.5), squeeze=False)
+  for ax, (title, keys) in zip(axes[0], panels):
+    for k in keys:
+      points = [(r["step"], r[k]) for r in records if r.get(k) is not None]
+      ax.plot(*zip(*points), marker="o", markersize=3, label=k)
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+  fig.suptitle(os.path.basename(os.path.normpath(workdir)))
+  fig.tight_layout()
+  path = os.path.join(workdir, out_name)
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
