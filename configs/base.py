@@ -59,3 +59,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.log.tensorboard = True  # Write TensorBoard event files under workdir/tb.
   c.log.wandb_project = ""  # Also log to Weights & Biases when set (needs `wandb`).
   return c
+
+
+def run_locally(c: ml_collections.ConfigDict, source: str, tokenizer: str = "") -> None:
+  """Settings every CPU-sized variant (`cpu`, `smoke`) shares: one device, float32."""
+  c.model.source = source
+  c.model.tokenizer = tokenizer
+  c.model.dtype = "float32"  # XLA:CPU runs fp32 faster than bf16.
+  c.mesh.shape = {"data": 1, "fsdp": 1, "tensor": 1}
+  c.grpo.lr = 1e-5  # A visible change within a few steps of a small model.
+  # Bounds activation memory (the attention scores of long prompts) on a 24 GB host.
+  c.grpo.micro_batch_size = 4

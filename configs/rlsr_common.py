@@ -11,7 +11,7 @@ Variants (comma-separated, e.g. `configs/rlsr_countdown.py:cpu,online`):
 """
 import ml_collections
 
-from configs.base import base_config
+from configs.base import base_config, run_locally
 
 VARIANTS = ("cpu", "smoke", "delayed", "online", "t1", "t2", "t3", "t4")
 
@@ -49,21 +49,15 @@ def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   c.data.limit = 0  # At most this many problems (0: all / 1000 generated).
 
   if "cpu" in variants:
-    c.model.source = "smollm2"
-    c.model.dtype = "float32"
+    run_locally(c, "smollm2")
     c.steps = 8
     c.rlsr.problems_per_step = 2
     c.rlsr.group_size = 4
     c.rlsr.policy_max_new_tokens = 64
     c.rlsr.judge_max_new_tokens = 32
-    c.grpo.lr = 1e-5  # A visible change in a few steps of a small model.
-    c.grpo.micro_batch_size = 4  # Bounds activation memory (attention scores) on a 24 GB host.
-    c.mesh.shape = {"data": 1, "fsdp": 1, "tensor": 1}
     c.checkpoint.every = 4
   if "smoke" in variants:
-    c.model.source = "random:tiny"
-    c.model.tokenizer = "qwen3"
-    c.model.dtype = "float32"
+    run_locally(c, "random:tiny", tokenizer="qwen3")
     c.steps = 2
     c.rlsr.problems_per_step = 2
     c.rlsr.group_size = 2
@@ -71,7 +65,6 @@ def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.rlsr.judge_max_new_tokens = 8
     c.data.limit = 16
     c.grpo.remat = False
-    c.mesh.shape = {"data": 1, "fsdp": 1, "tensor": 1}
     c.checkpoint.every = 1
   if "delayed" in variants and ("cpu" in variants or "smoke" in variants):
     c.rlsr.judge_delay_steps = 1

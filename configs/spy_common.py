@@ -11,7 +11,7 @@ Variants (comma-separated, e.g. `configs/spy_summ.py:cpu,sequential`):
 """
 import ml_collections
 
-from configs.base import base_config
+from configs.base import base_config, run_locally
 from rlsvr.envs.spy.config import SpyGameConfig
 
 VARIANTS = ("cpu", "smoke", "sequential", "no_spy", "released", "bundled")
@@ -53,8 +53,7 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   if "cpu" in variants:
     # Sized for ~10 minutes on 2 CPU cores: the train step over the detection prompts
     # (reference document + every player's output) dominates, so documents are short.
-    c.model.source = "smollm2"
-    c.model.dtype = "float32"  # XLA:CPU runs fp32 faster than bf16.
+    run_locally(c, "smollm2")
     c.data.source = "bundled"
     c.steps = 6
     c.sampling.temperature = 0.7  # A 135M model writes noticeably better below 1.0.
@@ -63,14 +62,9 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.spy.truncate_words = min(game.truncate_words, 80)
     c.spy.player_max_new_tokens = 48
     c.spy.detector_max_new_tokens = 32
-    c.grpo.lr = 1e-5  # A visible change in a few steps of a small model.
-    c.grpo.micro_batch_size = 4  # Bounds activation memory (attention scores) on a 24 GB host.
-    c.mesh.shape = {"data": 1, "fsdp": 1, "tensor": 1}
     c.checkpoint.every = 3
   if "smoke" in variants:
-    c.model.source = "random:tiny"
-    c.model.tokenizer = "qwen3"
-    c.model.dtype = "float32"
+    run_locally(c, "random:tiny", tokenizer="qwen3")
     c.data.source = "bundled"
     c.steps = 2
     c.spy.games_per_step = 2
@@ -79,7 +73,5 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.spy.player_max_new_tokens = 8
     c.spy.detector_max_new_tokens = 8
     c.grpo.remat = False
-    c.mesh.shape = {"data": 1, "fsdp": 1, "tensor": 1}
     c.checkpoint.every = 1
-    c.log.tensorboard = True
   return c

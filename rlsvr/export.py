@@ -32,19 +32,15 @@ def export(checkpoint: str, out: str, *, step: int | None = None, dtype: str | N
   import numpy as np  # noqa: PLC0415
 
   from rlsvr import checkpoint as ckpt  # noqa: PLC0415
-  from rlsvr.model import hf, sources, tokenizer as tokenizers  # noqa: PLC0415
+  from rlsvr.model import hf, sources  # noqa: PLC0415
 
   step, config, params = ckpt.restore_params(checkpoints_dir(checkpoint), step)
   _, meta = ckpt.read_meta(checkpoints_dir(checkpoint), step)
   run = json.loads(meta["config"])
-  tok_name = run["model"].get("tokenizer", "")
-  if tok_name == "qwen3":
-    tok = tokenizers.qwen3_tokenizer()
-  elif tok_name:
-    tok = tokenizers.load_tokenizer(tok_name)
-  else:
-    where = sources.resolve(run["model"]["source"])
-    tok = None if not isinstance(where, os.PathLike) else tokenizers.load_tokenizer(where)
+  try:
+    tok = sources.tokenizer_for(run["model"]["source"], run["model"].get("tokenizer", ""))
+  except sources.ModelSourceError:
+    tok = None  # A random-init run without a tokenizer: export the weights alone.
   np_dtype = {None: None, "float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[dtype]
   return step, hf.save_pretrained(out, config, params, tokenizer=tok, dtype=np_dtype)
 

@@ -119,7 +119,9 @@ def train(c, workdir: str) -> dict[str, Any]:
       step_metrics = jax.device_get(step_metrics)
       dt = time.time() - t0
       tokens = sum(len(t.completion_ids) for t in played.trajectories)
-      last = {**played.metrics, **batching.rollout_metrics(played.trajectories),
+      phase = {1.0: "decision", 0.0: "clue"}.get(played.metrics.get("spy/phase_decision"))
+      last = {**({"phase": phase} if phase else {}), **played.metrics,
+              **batching.rollout_metrics(played.trajectories),
               **{k: float(v) for k, v in step_metrics.items()},
               "perf/step_s": dt, "perf/play_s": t_play, "perf/tokens_per_s": tokens / t_play}
       writer.write(step, last)

@@ -1,6 +1,8 @@
 """The main job end to end on the smoke config: outputs, exact resume, config errors."""
+import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -32,18 +34,47 @@ def test_run_writes_every_output(smoke_run):
 
 def test_resume_continues_exactly_like_an_uninterrupted_run(smoke_run, tmp_path):
   straight = str(tmp_path / "straight")
-  train.train(smoke_config(steps=3), straight)
+  train.train(smoke_config(steps=4), straight)
   resumed = str(tmp_path / "resumed")
-  train.train(smoke_config(steps=2), resumed)
-  train.train(smoke_config(steps=3), resumed)
+  shutil.copytree(smoke_run, resumed)  # a finished 2-step run
+  train.train(smoke_config(steps=4), resumed)
   a = metrics.read_jsonl(os.path.join(straight, "metrics.jsonl"))
   b = metrics.read_jsonl(os.path.join(resumed, "metrics.jsonl"))
-  assert [r["step"] for r in b] == [1, 2, 3]
-  for key in ("reward/mean", "actor/pg_loss", "actor/entropy", "response_length/mean"):
-    assert a[-1][key] == pytest.approx(b[-1][key], abs=1e-6), key
+  assert [r["step"] for r in b] == [1, 2, 3, 4]
+  for step in (3, 4):
+    for key in ("reward/mean", "actor/pg_loss", "actor/entropy", "actor/kl",
+                "response_length/mean"):
+      assert a[step - 1][key] == pytest.approx(b[step - 1][key], abs=1e-6), (step, key)
   _, _, pa = checkpoint.restore_params(os.path.join(straight, "checkpoints"))
   _, _, pb = checkpoint.restore_params(os.path.join(resumed, "checkpoints"))
   jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-6), pa, pb)
+
+
+def test_a_save_cut_off_midway_is_ignored_on_resume(smoke_run, tmp_path):
+  """What SIGKILL during an orbax save leaves: a step folder still under its temporary
+  name (orbax renames it only once complete). Resume must use the last complete step."""
+  workdir = str(tmp_path / "killed")
+  shutil.copytree(smoke_run, workdir)
+  partial = os.path.join(workdir, "checkpoints", "3.orbax-checkpoint-tmp", "state")
+  os.makedirs(partial)
+  with open(os.path.join(partial, "half_written"), "wb") as f:
+    f.write(b"\0" * 100)
+  assert checkpoint.Checkpointer(workdir).latest_step() == 2
+  train.train(smoke_config(steps=3), workdir)
+  assert [r["step"] for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [
+      1, 2, 3]
+
+
+@pytest.mark.parametrize("name", ["spy_write", "spy_math", "rlsr_integration"])
+def test_every_config_smoke_variant_runs(name, tmp_path):
+  """spy_summ and rlsr_countdown run in the tests above and in test_experiment.py."""
+  config = importlib.import_module(f"configs.{name}").get_config("smoke")
+  config.steps = 2
+  workdir = str(tmp_path / name)
+  train.train(config, workdir)
+  assert [r["step"] for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [1, 2]
+  assert os.path.getsize(os.path.join(workdir, "rollouts.txt")) > 0
+  assert os.path.isdir(os.path.join(workdir, "checkpoints", "2"))
 
 
 @pytest.mark.parametrize("key,value,match", [

@@ -41,7 +41,7 @@ def load(model: str, *, tokenizer: str = "", dtype: str = "float32", seed: int =
   import jax  # noqa: PLC0415
   import jax.numpy as jnp  # noqa: PLC0415
 
-  from rlsvr.model import sources, tokenizer as tokenizers  # noqa: PLC0415
+  from rlsvr.model import sources  # noqa: PLC0415
 
   ckpt = checkpoint_dir(model)
   if ckpt is None:
@@ -53,16 +53,8 @@ def load(model: str, *, tokenizer: str = "", dtype: str = "float32", seed: int =
   step, config, params = checkpoint.restore_params(str(ckpt), step)
   run = json.loads(checkpoint.read_meta(str(ckpt), step)[1]["config"])
   params = jax.tree.map(lambda x: x.astype(dtype), params)
-  name = tokenizer or run["model"].get("tokenizer", "")
-  if name == "qwen3":
-    tok = tokenizers.qwen3_tokenizer()
-  elif name:
-    tok = tokenizers.load_tokenizer(name)
-  else:
-    where = sources.resolve(run["model"]["source"])
-    if not isinstance(where, pathlib.Path):
-      raise sources.ModelSourceError(f"{model}: the run has no tokenizer; set --config.tokenizer")
-    tok = tokenizers.load_tokenizer(where)
+  tok = sources.tokenizer_for(run["model"]["source"],
+                              tokenizer or run["model"].get("tokenizer", ""))
   return config, params, tok, f"{model} (step {step})"
 
 

@@ -55,6 +55,19 @@ def resolve(source: str) -> pathlib.Path | ModelConfig:
   return path
 
 
+def tokenizer_for(source: str, tokenizer: str = "", where=None):
+  """The tokenizer of a run: "qwen3" (built offline), a tokenizer directory, or ""
+  (the model directory's own; random-init sources have none)."""
+  if tokenizer == "qwen3":
+    return tokenizers.qwen3_tokenizer()
+  if tokenizer:
+    return tokenizers.load_tokenizer(tokenizer)
+  where = resolve(source) if where is None else where
+  if isinstance(where, ModelConfig):
+    raise ModelSourceError(f"model.source={source!r} has no tokenizer: set model.tokenizer")
+  return tokenizers.load_tokenizer(where)
+
+
 def load_model(source: str, *, dtype=jnp.float32, mesh=None, seed: int = 0, tokenizer: str = ""):
   """(ModelConfig, params, tokenizer) for a model source.
 
@@ -71,14 +84,7 @@ def load_model(source: str, *, dtype=jnp.float32, mesh=None, seed: int = 0, toke
       params = parallel.shard_params(params, mesh)
   else:
     config, params = hf.load_pretrained(where, dtype=dtype, mesh=mesh)
-  if tokenizer == "qwen3":
-    tok = tokenizers.qwen3_tokenizer()
-  elif tokenizer:
-    tok = tokenizers.load_tokenizer(tokenizer)
-  elif isinstance(where, ModelConfig):
-    raise ModelSourceError(f"model.source={source!r} has no tokenizer: set model.tokenizer")
-  else:
-    tok = tokenizers.load_tokenizer(where)
+  tok = tokenizer_for(source, tokenizer, where)
   if len(tok) > config.vocab_size:
     raise ModelSourceError(f"tokenizer has {len(tok)} tokens but the model only "
                            f"{config.vocab_size} embeddings")
