@@ -16,7 +16,6 @@ numbers across runs; the load average is printed with the results.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time

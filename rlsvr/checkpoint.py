@@ -86,23 +86,25 @@ class Checkpointer:
     self.manager.close()
 
 
-def read_meta(checkpoint_dir: str, step: int | None = None) -> tuple[int, dict[str, Any]]:
-  """(step, meta) of a run's checkpoint without building any state (for export)."""
-  manager = ocp.CheckpointManager(os.path.abspath(checkpoint_dir), item_names=_ITEMS)
+def _run_manager(checkpoint_dir: str) -> ocp.CheckpointManager:
+  return ocp.CheckpointManager(os.path.abspath(checkpoint_dir), item_names=_ITEMS)
+
+
+def _meta(manager: ocp.CheckpointManager, step: int | None, where: str) -> tuple[int, dict]:
   step = manager.latest_step() if step is None else step
   if step is None:
-    raise FileNotFoundError(f"no checkpoint in {checkpoint_dir}")
+    raise FileNotFoundError(f"no checkpoint in {where}")
   meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
   return step, dict(meta)
 
 
-def restore_params(checkpoint_dir: str, step: int | None = None):
-  """(step, model config, params) of a run's checkpoint, on the default device."""
+def restore_run(checkpoint_dir: str, step: int | None = None):
+  """(step, model config, params, meta) of a run's checkpoint, on the default device."""
   from rlsvr.model import qwen3  # noqa: PLC0415 (only the export path needs the model)
 
-  step, meta = read_meta(checkpoint_dir, step)
+  manager = _run_manager(checkpoint_dir)
+  step, meta = _meta(manager, step, checkpoint_dir)
   config = ModelConfig.from_hf_dict(meta["model_config"])
-  manager = ocp.CheckpointManager(os.path.abspath(checkpoint_dir), item_names=_ITEMS)
   abstract = qwen3.abstract_params(config, meta.get("param_dtype", "float32"))
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   restored = manager.restore(step, args=ocp.args.Composite(
@@ -111,4 +113,9 @@ def restore_params(checkpoint_dir: str, step: int | None = None):
           restore_args={"params": jax.tree.map(
               lambda x: ocp.ArrayRestoreArgs(dtype=x.dtype, sharding=device), abstract)},
           partial_restore=True)))
-  return step, config, restored["state"]["params"]
+  return step, config, restored["state"]["params"], meta
+
+
+def restore_params(checkpoint_dir: str, step: int | None = None):
+  """(step, model config, params) of a run's checkpoint, on the default device."""
+  return restore_run(checkpoint_dir, step)[:3]

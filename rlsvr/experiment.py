@@ -20,12 +20,30 @@ import numpy as np
 ENVS = ("spy", "rlsr")
 
 
-def _cycle(items: list[Any], rng: np.random.Generator) -> Iterator[Any]:
-  if not items:
-    raise ValueError("the data source gave no items")
-  while True:
-    for i in rng.permutation(len(items)):
-      yield items[i]
+class _Items:
+  """An endless, seeded stream of source items (reshuffled every pass), `per_step` at a time.
+
+  The stream depends only on the seed, so a resumed run `skip`s the steps it
+  already trained and continues with the items an uninterrupted run would use.
+  """
+
+  def __init__(self, items: list[Any], per_step: int, seed: int):
+    if not items:
+      raise ValueError("the data source gave no items")
+    self.per_step = per_step
+    self._stream = self._cycle(items, np.random.default_rng(seed))
+
+  @staticmethod
+  def _cycle(items, rng) -> Iterator[Any]:
+    while True:
+      for i in rng.permutation(len(items)):
+        yield items[i]
+
+  def skip(self, steps: int) -> None:
+    next(itertools.islice(self._stream, steps * self.per_step, steps * self.per_step), None)  # consume
+
+  def next_step(self) -> list[Any]:
+    return list(itertools.islice(self._stream, self.per_step))
 
 
 def spy_game_config(c):
@@ -75,18 +93,12 @@ class SpyExperiment:
     docs = list(load_corpus(c.spy.task, c.data.source, field=c.data.field or None,
                             config=c.data.config or None, split=c.data.split,
                             limit=c.data.limit or max(10 * c.spy.games_per_step, 1000)))
-    self.items = _cycle(docs, np.random.default_rng(c.seed))
-    self.per_step = c.spy.games_per_step
-
-  def skip(self, steps: int) -> None:
-    """Advances the item stream past `steps` already-trained steps (resume)."""
-    for _ in itertools.islice(self.items, steps * self.per_step):
-      pass
+    self.items = _Items(docs, c.spy.games_per_step, c.seed)
 
   def play(self, step: int, sample, state):
     del state
-    items = list(itertools.islice(self.items, self.per_step))
-    return self.env.play(items, sample, np.random.default_rng([self.c.seed, step]), step)
+    return self.env.play(self.items.next_step(), sample,
+                         np.random.default_rng([self.c.seed, step]), step)
 
   def judge_state(self, step: int):
     return None
@@ -145,20 +157,13 @@ class SelfJudgeExperiment:
       jconfig, jtok, self.judge_params = model_config, tokenizer, initial_params
     self.judge_sampler = Sampler(jconfig, eos_ids=[jtok.eos_token_id], tokenizer=jtok)
     self.env = SelfJudgeEnv(cfg, tokenizer, judge_tokenizer=jtok)
-    self.items = _cycle(rlsr_problems(c), np.random.default_rng(c.seed))
-    self.per_step = c.rlsr.problems_per_step
-    self.copied_at: int | None = None
-
-  def skip(self, steps: int) -> None:
-    for _ in itertools.islice(self.items, steps * self.per_step):
-      pass
+    self.items = _Items(rlsr_problems(c), c.rlsr.problems_per_step, c.seed)
 
   def play(self, step: int, sample, state):
     weights = self.schedule.weights_at(step)
     if weights == "policy" and self.schedule.mode == "delayed":
       # A copy, not an alias: the train step donates (invalidates) the policy's buffers.
       self.judge_params = jax.tree.map(jnp.copy, state.params)
-      self.copied_at = step
     judge_params = state.params if self.schedule.mode == "online" else self.judge_params
     calls = itertools.count()
 
@@ -166,8 +171,8 @@ class SelfJudgeExperiment:
       seed = ((self.c.seed * 1_000_003 + step) * 64 + next(calls)) ^ 0x5EED
       return self.judge_sampler(judge_params, prompts, seed=seed, **kw)
 
-    items = list(itertools.islice(self.items, self.per_step))
-    return self.env.play(items, sample, np.random.default_rng([self.c.seed, step]), step,
+    return self.env.play(self.items.next_step(), sample,
+                         np.random.default_rng([self.c.seed, step]), step,
                          judge_sample=judge_sample)
 
   def judge_state(self, step: int):

@@ -34,8 +34,7 @@ def export(checkpoint: str, out: str, *, step: int | None = None, dtype: str | N
   from rlsvr import checkpoint as ckpt  # noqa: PLC0415
   from rlsvr.model import hf, sources  # noqa: PLC0415
 
-  step, config, params = ckpt.restore_params(checkpoints_dir(checkpoint), step)
-  _, meta = ckpt.read_meta(checkpoints_dir(checkpoint), step)
+  step, config, params, meta = ckpt.restore_run(checkpoints_dir(checkpoint), step)
   run = json.loads(meta["config"])
   try:
     tok = sources.tokenizer_for(run["model"]["source"], run["model"].get("tokenizer", ""))

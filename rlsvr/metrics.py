@@ -1,4 +1,4 @@
-"""Run outputs: console progress, `metrics.jsonl`, TensorBoard events and curve plots."""
+"""Run outputs: console progress, `metrics.jsonl`, TensorBoard events, curve plots, rollouts."""
 from __future__ import annotations
 
 import json
@@ -7,6 +7,8 @@ import os
 import sys
 import time
 from typing import Any, Mapping
+
+from rlsvr.envs.base import EpisodeBatch
 
 # Console columns: (metric, label, format). Missing metrics are skipped.
 _CONSOLE = (("phase", "phase", "{}"), ("reward/mean", "reward", "{:+.3f}"),
@@ -133,3 +135,32 @@ def plot_curves(workdir: str, out_name: str = "curves.png") -> str | None:
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path
+
+
+class RolloutWriter:
+  """Appends each step's `record_text` to `workdir/rollouts.txt` and writes its records.
+
+  The records go to `workdir/rollouts/step_XXXXXXXX.jsonl`, one episode a line.
+  The text file is flushed every step so `tail -f` follows training.
+  """
+
+  def __init__(self, workdir: str):
+    self.workdir = workdir
+    os.makedirs(os.path.join(workdir, "rollouts"), exist_ok=True)
+
+  @property
+  def text_path(self) -> str:
+    return os.path.join(self.workdir, "rollouts.txt")
+
+  def jsonl_path(self, step: int) -> str:
+    return os.path.join(self.workdir, "rollouts", f"step_{step:08d}.jsonl")
+
+  def write(self, step: int, batch: EpisodeBatch) -> None:
+    with open(self.text_path, "a", encoding="utf-8") as f:
+      f.write(batch.record_text)
+      f.flush()
+    tmp = self.jsonl_path(step) + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+      for record in batch.records:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(tmp, self.jsonl_path(step))

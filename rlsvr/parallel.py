@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from rlsvr.model import qwen3
+from rlsvr.model import hf, qwen3
 from rlsvr.model.config import ModelConfig
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -77,14 +77,12 @@ def param_shardings(config: ModelConfig, mesh: Mesh, dtype=None) -> dict[str, Na
   """Flat {"a/b/c": NamedSharding} for every parameter of `config`."""
   abstract = qwen3.abstract_params(config) if dtype is None else qwen3.abstract_params(config,
                                                                                        dtype)
-  return {"/".join(str(k.key) for k in path): NamedSharding(mesh, spec_for(
-      "/".join(str(k.key) for k in path), leaf.shape, mesh))
-          for path, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]}
+  return {path: NamedSharding(mesh, spec_for(path, leaf.shape, mesh))
+          for path, leaf in hf.flatten(abstract).items()}
 
 
 def shard_params(params, mesh: Mesh):
   """Places a params tree on `mesh` by the rules above."""
-  def place(path, x):
-    name = "/".join(str(k.key) for k in path)
-    return jax.device_put(x, NamedSharding(mesh, spec_for(name, x.shape, mesh)))
-  return jax.tree_util.tree_map_with_path(place, params)
+  return hf.unflatten({
+      path: jax.device_put(x, NamedSharding(mesh, spec_for(path, x.shape, mesh)))
+      for path, x in hf.flatten(params).items()})

@@ -10,6 +10,7 @@ rollout JSONL, orbax checkpoints (resumed automatically), and curves.png.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from typing import Any
@@ -60,7 +61,6 @@ def train(c, workdir: str) -> dict[str, Any]:
   import numpy as np  # noqa: PLC0415
 
   from rlsvr import checkpoint, experiment, metrics, parallel  # noqa: PLC0415
-  from rlsvr.envs.spy.records import RolloutWriter  # noqa: PLC0415
   from rlsvr.model import sources  # noqa: PLC0415
   from rlsvr.rl import batch as batching  # noqa: PLC0415
   from rlsvr.rl.train_step import init_train_state, train_step  # noqa: PLC0415
@@ -84,7 +84,7 @@ def train(c, workdir: str) -> dict[str, Any]:
     exp.env.load_state_dict(env_state)
     start = int(state.step)
     exp.load_judge_state(ckpt.restore_judge(start, state.params))
-    exp.skip(start)  # Items depend only on (seed, step): resume continues the same stream.
+    exp.items.skip(start)  # Items depend only on (seed, step): resume continues the stream.
     print(f"resumed from step {start} in {ckpt.directory}", flush=True)
 
   eos = {tokenizer.eos_token_id}
@@ -94,7 +94,7 @@ def train(c, workdir: str) -> dict[str, Any]:
                     tokenizer=tokenizer)
   writer = metrics.MetricsWriter(workdir, c.steps, tensorboard=c.log.tensorboard,
                                  wandb_project=c.log.wandb_project, run_config=c.to_dict())
-  rollouts = RolloutWriter(workdir)
+  rollouts = metrics.RolloutWriter(workdir)
   meta = {"model_config": model_config.to_hf_dict(c.model.dtype), "param_dtype": c.model.dtype,
           "config": c.to_json_best_effort()}
   n_data = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -102,7 +102,7 @@ def train(c, workdir: str) -> dict[str, Any]:
   try:
     for step in range(start + 1, c.steps + 1):
       t0 = time.time()
-      calls = iter(range(1 << 30))
+      calls = itertools.count()
 
       def sample(prompts, **kw):
         # A key per (seed, step, call): a resumed run samples what an uninterrupted one would.

@@ -1,10 +1,8 @@
 """Mesh construction and partition rules."""
-import jax
 import pytest
 from jax.sharding import PartitionSpec as P
 
 from rlsvr import parallel
-from rlsvr.model import qwen3
 from rlsvr.model.config import preset
 
 

@@ -50,8 +50,8 @@ def load(model: str, *, tokenizer: str = "", dtype: str = "float32", seed: int =
     return config, params, tok, model
   from rlsvr import checkpoint  # noqa: PLC0415
 
-  step, config, params = checkpoint.restore_params(str(ckpt), step)
-  run = json.loads(checkpoint.read_meta(str(ckpt), step)[1]["config"])
+  step, config, params, meta = checkpoint.restore_run(str(ckpt), step)
+  run = json.loads(meta["config"])
   params = jax.tree.map(lambda x: x.astype(dtype), params)
   tok = sources.tokenizer_for(run["model"]["source"],
                               tokenizer or run["model"].get("tokenizer", ""))

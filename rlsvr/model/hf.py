@@ -161,8 +161,7 @@ def params_from_tensors(config: ModelConfig, tensors: Mapping[str, np.ndarray], 
   Each device receives only its slice, read straight from `tensors`.
   """
   abstract = qwen3.abstract_params(config, dtype)
-  flat_paths = {"/".join(str(k.key) for k in path): leaf
-                for path, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]}
+  flat_paths = flatten(abstract)
   names = set(tensors)
   used: set[str] = set()
   out: dict[str, jax.Array] = {}
@@ -194,10 +193,17 @@ def params_from_tensors(config: ModelConfig, tensors: Mapping[str, np.ndarray], 
   if unexpected:
     raise KeyError(f"checkpoint has weights this config does not use: {unexpected[:5]} "
                    f"(is config.json right about biases / QK-norm / tied embeddings?)")
-  return _unflatten(out)
+  return unflatten(out)
 
 
-def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+def flatten(tree) -> dict[str, Any]:
+  """{"layers/attn/q_proj": leaf, ...}: the "a/b/c" paths the key table and the
+  partition rules use."""
+  return {"/".join(str(k.key) for k in path): leaf
+          for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
   tree: dict[str, Any] = {}
   for path, value in flat.items():
     node = tree
@@ -229,8 +235,7 @@ def load_pretrained(path: str | os.PathLike, dtype=jnp.float32, mesh=None):
 
 def hf_tensors(config: ModelConfig, params, dtype=None) -> Iterator[tuple[str, np.ndarray]]:
   """(HF name, numpy array) pairs, one layer at a time to bound host memory."""
-  flat = {"/".join(str(k.key) for k in p): v
-          for p, v in jax.tree_util.tree_flatten_with_path(params)[0]}
+  flat = flatten(params)
 
   def host(x):
     x = np.asarray(jax.device_get(x))

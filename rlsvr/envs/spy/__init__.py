@@ -19,13 +19,11 @@ from rlsvr.envs.spy.mechanics import (
     public_output,
     truncate_words,
 )
-from rlsvr.envs.spy.records import RolloutWriter
 
 __all__ = [
     "ABSTAIN",
     "MaskedText",
     "RoleBaselines",
-    "RolloutWriter",
     "SpyGame",
     "SpyGameConfig",
     "detection_reward",

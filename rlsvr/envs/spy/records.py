@@ -9,10 +9,9 @@ rewards. Rewards appear raw and after the role baseline ("reward").
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Mapping, Sequence
 
-from rlsvr.envs.base import EpisodeBatch, Trajectory
+from rlsvr.envs.base import Trajectory
 
 _RULE = "=" * 100
 _THIN = "-" * 100
@@ -109,32 +108,3 @@ def format_game(record: Mapping[str, Any]) -> str:
     lines.append(f"Player {k} ({role}): performance reward {reward:+.4f}")
   lines.append(f"baselines: {json.dumps(record['baselines'], sort_keys=True)}")
   return "\n".join(lines) + "\n"
-
-
-class RolloutWriter:
-  """Appends each step's game to `workdir/rollouts.txt` and writes its JSONL.
-
-  The JSONL goes to `workdir/rollouts/step_XXXXXXXX.jsonl`, one game a line.
-  The text file is flushed every step so `tail -f` follows training.
-  """
-
-  def __init__(self, workdir: str):
-    self.workdir = workdir
-    os.makedirs(os.path.join(workdir, "rollouts"), exist_ok=True)
-
-  @property
-  def text_path(self) -> str:
-    return os.path.join(self.workdir, "rollouts.txt")
-
-  def jsonl_path(self, step: int) -> str:
-    return os.path.join(self.workdir, "rollouts", f"step_{step:08d}.jsonl")
-
-  def write(self, step: int, batch: EpisodeBatch) -> None:
-    with open(self.text_path, "a", encoding="utf-8") as f:
-      f.write(batch.record_text)
-      f.flush()
-    tmp = self.jsonl_path(step) + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-      for record in batch.records:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(tmp, self.jsonl_path(step))

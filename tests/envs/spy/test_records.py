@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from rlsvr.data import bundled_corpus
-from rlsvr.envs.spy import RolloutWriter, SpyGame, SpyGameConfig
+from rlsvr.envs.spy import SpyGame, SpyGameConfig
+from rlsvr.metrics import RolloutWriter
 from rlsvr.envs.spy import records
 
 from .fakes import ByteTokenizer, ScriptedPolicy, spy_marker_player
