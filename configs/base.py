@@ -10,6 +10,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.seed = 0  # Seeds the model init (random sources), the data order, games and sampling.
   c.steps = 200  # Training steps; each step plays whole games and makes one update.
   c.workdir = ""  # Output folder; --workdir wins; empty: runs/<config name>.
+  # Refuse to start when the memory plan (`python -m rlsvr.plan`) does not fit the devices.
+  # Its activation terms are estimates (~1.1-1.4x XLA's own on CPU): False overrides it.
+  c.check_memory = True
 
   c.model = ml_collections.ConfigDict()
   # "smollm2" (bundled SmolLM2-135M-Instruct), "hub:<org/name>" (HF hub, needs network),
@@ -50,6 +53,15 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.mesh = ml_collections.ConfigDict()
   c.mesh.shape = {"data": 1, "fsdp": -1, "tensor": 1}  # -1: all remaining devices.
+
+  # Multi-host runs (one process per host, `jax.distributed`); see launch/.
+  c.distributed = ml_collections.ConfigDict()
+  # auto: start when SLURM/Open MPI/a TPU slice/JAX_COORDINATOR_ADDRESS says there are
+  # several processes; on: always; off: never.
+  c.distributed.mode = "auto"
+  c.distributed.coordinator_address = ""  # host:port of process 0; empty: detected.
+  c.distributed.num_processes = 0  # 0: detected from the cluster environment.
+  c.distributed.process_id = -1  # -1: detected from the cluster environment.
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every = 50  # Save every this many steps (and at the end).

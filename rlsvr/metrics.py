@@ -27,14 +27,20 @@ def _scalar(v: Any) -> float | None:
 
 
 class MetricsWriter:
-  """Writes each step's metrics to the console, `metrics.jsonl` and TensorBoard."""
+  """Writes each step's metrics to the console, `metrics.jsonl` and TensorBoard.
+
+  `enabled=False` (every process but the first of a multi-host run) writes nothing.
+  """
 
   def __init__(self, workdir: str, total_steps: int, *, tensorboard: bool = True,
                wandb_project: str = "", run_config: Mapping[str, Any] | None = None,
-               stream=sys.stdout):
+               stream=sys.stdout, enabled: bool = True):
     self.workdir = workdir
     self.total_steps = total_steps
     self.stream = stream
+    self.enabled = enabled
+    if not enabled:
+      return
     self.jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
     self.tb = None
     if tensorboard:
@@ -51,6 +57,8 @@ class MetricsWriter:
     self.first_step: int | None = None
 
   def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+    if not self.enabled:
+      return
     record = {"step": step, "time": time.time()}
     record.update({k: (v if isinstance(v, str) else _scalar(v)) for k, v in metrics.items()})
     self.jsonl.write(json.dumps(record) + "\n")
@@ -78,6 +86,8 @@ class MetricsWriter:
     print(" | ".join(parts), file=self.stream, flush=True)
 
   def close(self) -> None:
+    if not self.enabled:
+      return
     self.jsonl.close()
     if self.tb is not None:
       self.tb.close()
@@ -142,11 +152,14 @@ class RolloutWriter:
 
   The records go to `workdir/rollouts/step_XXXXXXXX.jsonl`, one episode a line.
   The text file is flushed every step so `tail -f` follows training.
+  `enabled=False` (every process but the first of a multi-host run) writes nothing.
   """
 
-  def __init__(self, workdir: str):
+  def __init__(self, workdir: str, enabled: bool = True):
     self.workdir = workdir
-    os.makedirs(os.path.join(workdir, "rollouts"), exist_ok=True)
+    self.enabled = enabled
+    if enabled:
+      os.makedirs(os.path.join(workdir, "rollouts"), exist_ok=True)
 
   @property
   def text_path(self) -> str:
@@ -156,6 +169,8 @@ class RolloutWriter:
     return os.path.join(self.workdir, "rollouts", f"step_{step:08d}.jsonl")
 
   def write(self, step: int, batch: EpisodeBatch) -> None:
+    if not self.enabled:
+      return
     with open(self.text_path, "a", encoding="utf-8") as f:
       f.write(batch.record_text)
       f.flush()

@@ -1,4 +1,4 @@
-"""Every sharding decision in one place: the mesh and the parameter partition rules.
+"""Every sharding decision in one place: processes, the mesh, and the partition rules.
 
 Mesh axes:
   data    pure data parallelism (batch only; weights replicated across it)
@@ -7,13 +7,22 @@ Mesh axes:
 
 A weight dimension is only sharded over an axis whose size divides it; otherwise
 that dimension is replicated (tiny test models, 8 KV heads on tensor=16, ...).
+
+Multi-host (`initialize_distributed`): JAX's multi-controller runtime. Every
+process runs the same program on the same host data (the game logic is
+deterministic given the seed and the sampled tokens, which every process
+fetches whole with `to_host`); each process feeds only the shards of the batch
+that live on its own devices, writes its own checkpoint shards, and process 0
+alone writes logs and rollouts.
 """
 from __future__ import annotations
 
+import os
 import re
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from rlsvr.model import hf, qwen3
@@ -34,6 +43,58 @@ _RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
     (r"mlp/(gate|up)_bias$", (None, "tensor")),  # [L, F]
     (r".*", ()),  # norms, o/down biases: small, replicated
 )
+
+
+# Environment variables that say "this is one process of several" for the cluster
+# types `jax.distributed.initialize()` detects by itself.
+_CLUSTER_SIZE_VARS = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "JAX_NUM_PROCESSES")
+
+
+def _in_multiprocess_cluster() -> bool:
+  if os.environ.get("JAX_COORDINATOR_ADDRESS") or os.environ.get("MEGASCALE_COORDINATOR_ADDRESS"):
+    return True
+  if "," in os.environ.get("TPU_WORKER_HOSTNAMES", os.environ.get("TPU_PROCESS_ADDRESSES", "")):
+    return True
+  return any(int(os.environ.get(v, "1") or 1) > 1 for v in _CLUSTER_SIZE_VARS)
+
+
+def initialize_distributed(mode: str = "auto", coordinator_address: str = "",
+                           num_processes: int = 0, process_id: int = -1) -> bool:
+  """Starts the multi-controller runtime when this is one process of several.
+
+  mode "off" never starts it; "on" always does; "auto" does when the
+  environment says so (SLURM with several tasks, Open MPI, a multi-host TPU
+  slice, JAX_COORDINATOR_ADDRESS). Empty/0/-1 arguments are left to JAX's
+  cluster detection. Must run before anything touches a device; a second call
+  is a no-op. Returns whether this is a multi-process run.
+  """
+  if mode not in ("auto", "on", "off"):
+    raise ValueError(f"distributed.mode={mode!r} is not one of auto/on/off")
+  if jax.distributed.is_initialized():
+    return jax.process_count() > 1
+  if mode == "off" or (mode == "auto" and not coordinator_address
+                       and not _in_multiprocess_cluster()):
+    return False
+  # CPU processes need a collectives backend to talk to each other (GPUs use NCCL).
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=coordinator_address or None,
+                             num_processes=num_processes or None,
+                             process_id=None if process_id < 0 else process_id)
+  return jax.process_count() > 1
+
+
+def is_lead_process() -> bool:
+  """Process 0: the one that writes logs, rollouts and plots."""
+  return jax.process_index() == 0
+
+
+def to_host(tree):
+  """Whole numpy copies of (possibly multi-process sharded) arrays, on every process."""
+  def fetch(x):
+    if not isinstance(x, jax.Array) or x.is_fully_addressable or x.is_fully_replicated:
+      return np.asarray(x)
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+  return jax.tree.map(fetch, tree)
 
 
 def make_mesh(shape: dict[str, int] | None = None, devices=None) -> Mesh:
@@ -63,6 +124,28 @@ def make_mesh(shape: dict[str, int] | None = None, devices=None) -> Mesh:
               axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
 
 
+BATCH_AXES = ("data", "fsdp")  # Rows of every batch (sampler prompts, train step) split here.
+
+
+def batch_spec(mesh: Mesh, rows: int) -> P:
+  """Rows over data x fsdp when they divide evenly; replicated otherwise."""
+  axes = tuple(a for a in BATCH_AXES if mesh.shape[a] > 1)
+  size = int(np.prod([mesh.shape[a] for a in axes])) if axes else 1
+  return P(axes) if axes and rows % size == 0 else P()
+
+
+def put_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+  """A host batch (identical on every process) as global arrays split by rows.
+
+  Each process copies only the rows of its own devices.
+  """
+  def put(x):
+    x = np.asarray(x)
+    sharding = NamedSharding(mesh, batch_spec(mesh, x.shape[0]))
+    return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+  return {k: put(v) for k, v in batch.items()}
+
+
 def spec_for(path: str, shape: tuple[int, ...], mesh: Mesh) -> P:
   """The PartitionSpec of the parameter at `path` ("layers/attn/q_proj") on `mesh`."""
   for pattern, logical in _RULES:
@@ -79,6 +162,28 @@ def param_shardings(config: ModelConfig, mesh: Mesh, dtype=None) -> dict[str, Na
                                                                                        dtype)
   return {path: NamedSharding(mesh, spec_for(path, leaf.shape, mesh))
           for path, leaf in hf.flatten(abstract).items()}
+
+
+def _param_path(path) -> str:
+  # Optimizer moments nest the params' dict under their own tuple/attribute keys.
+  return "/".join(str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey))
+
+
+def constrain_params(tree, mesh: Mesh):
+  """Inside jit: pins every params-shaped leaf of `tree` (params, Adam moments, reference
+  copy) to the rules. Without it XLA is free to hand back, say, norm scales split over
+  fsdp, and the next step would then compile again for the new input layout."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, x: jax.lax.with_sharding_constraint(
+          x, NamedSharding(mesh, spec_for(_param_path(path), x.shape, mesh))), tree)
+
+
+def mesh_of(tree) -> Mesh | None:
+  """The mesh the arrays of `tree` live on, or None for single-device arrays."""
+  for x in jax.tree.leaves(tree):
+    if isinstance(getattr(x, "sharding", None), NamedSharding):
+      return x.sharding.mesh
+  return None
 
 
 def shard_params(params, mesh: Mesh):

@@ -10,6 +10,7 @@ rollout JSONL, orbax checkpoints (resumed automatically), and curves.png.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
@@ -60,15 +61,24 @@ def train(c, workdir: str) -> dict[str, Any]:
   import jax  # noqa: PLC0415
   import numpy as np  # noqa: PLC0415
 
-  from rlsvr import checkpoint, experiment, metrics, parallel  # noqa: PLC0415
+  from rlsvr import checkpoint, experiment, metrics, parallel, plan  # noqa: PLC0415
   from rlsvr.model import sources  # noqa: PLC0415
   from rlsvr.rl import batch as batching  # noqa: PLC0415
   from rlsvr.rl.train_step import init_train_state, train_step  # noqa: PLC0415
   from rlsvr.sampling import Sampler  # noqa: PLC0415
 
+  parallel.initialize_distributed(**c.distributed)
+  lead = parallel.is_lead_process()  # Process 0 alone writes logs, rollouts and plots.
+  log = functools.partial(print, flush=True) if lead else lambda *a, **k: None
+  if c.check_memory:  # Before anything is allocated: an infeasible config fails in seconds.
+    memory = plan.check_fits(c)
+    if memory.fits is not None:
+      log(f"memory plan: peak {memory.total_bytes / 2**30:.1f} GiB of "
+          f"{memory.device_memory_bytes / 2**30:.1f} GiB per device ({memory.peak_phase})")
   os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "config.txt"), "w") as f:
-    f.write(str(c))
+  if lead:
+    with open(os.path.join(workdir, "config.txt"), "w") as f:
+      f.write(str(c))
   mesh = parallel.make_mesh(dict(c.mesh.shape))
   model_config, params, tokenizer = sources.load_model(
       c.model.source, dtype=c.model.dtype, mesh=mesh if mesh.size > 1 else None, seed=c.seed,
@@ -85,7 +95,7 @@ def train(c, workdir: str) -> dict[str, Any]:
     start = int(state.step)
     exp.load_judge_state(ckpt.restore_judge(start, state.params))
     exp.items.skip(start)  # Items depend only on (seed, step): resume continues the stream.
-    print(f"resumed from step {start} in {ckpt.directory}", flush=True)
+    log(f"resumed from step {start} in {ckpt.directory}")
 
   eos = {tokenizer.eos_token_id}
   if isinstance(model_config.eos_token_id, int):
@@ -93,8 +103,9 @@ def train(c, workdir: str) -> dict[str, Any]:
   sampler = Sampler(model_config, eos_ids=sorted(e for e in eos if e is not None),
                     tokenizer=tokenizer)
   writer = metrics.MetricsWriter(workdir, c.steps, tensorboard=c.log.tensorboard,
-                                 wandb_project=c.log.wandb_project, run_config=c.to_dict())
-  rollouts = metrics.RolloutWriter(workdir)
+                                 wandb_project=c.log.wandb_project, run_config=c.to_dict(),
+                                 enabled=lead)
+  rollouts = metrics.RolloutWriter(workdir, enabled=lead)
   meta = {"model_config": model_config.to_hf_dict(c.model.dtype), "param_dtype": c.model.dtype,
           "config": c.to_json_best_effort()}
   n_data = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -115,7 +126,7 @@ def train(c, workdir: str) -> dict[str, Any]:
       batch = batching.build_batch(played.trajectories, norm_adv_by_std=c.grpo.norm_adv_by_std,
                                    pad_id=tokenizer.pad_token_id or 0,
                                    batch_multiple=int(np.lcm(mb, n_data)) if mb else n_data)
-      state, step_metrics = train_step(state, batch)
+      state, step_metrics = train_step(state, parallel.put_batch(batch, mesh))
       step_metrics = jax.device_get(step_metrics)
       dt = time.time() - t0
       tokens = sum(len(t.completion_ids) for t in played.trajectories)
@@ -131,9 +142,8 @@ def train(c, workdir: str) -> dict[str, Any]:
   finally:  # Finish pending checkpoint writes and flush logs even when a step fails.
     ckpt.close()
     writer.close()
-  plot = metrics.plot_curves(workdir)
-  print(f"done: {c.steps} steps in {workdir}" + (f"; curves in {plot}" if plot else ""),
-        flush=True)
+  plot = metrics.plot_curves(workdir) if lead else None
+  log(f"done: {c.steps} steps in {workdir}" + (f"; curves in {plot}" if plot else ""))
   return last
 
 

@@ -1,9 +1,20 @@
-"""Mesh construction and partition rules."""
+"""Mesh, partition rules, batch placement, and sharded runs equal to one device."""
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from rlsvr import parallel
-from rlsvr.model.config import preset
+from rlsvr.envs.base import Trajectory
+from rlsvr.model import hf, qwen3
+from rlsvr.model.config import ModelConfig, preset
+from rlsvr.rl.batch import build_batch
+from rlsvr.rl.train_step import GRPOConfig, init_train_state, train_step
+from rlsvr.sampling import generate
+from tests.rl.tiny import random_params
+
+GRPO = GRPOConfig(lr=1e-3, kl_coef=0.1, entropy_coef=0.01, adam_eps=1e-4)
 
 
 def test_mesh_shapes():
@@ -34,3 +45,72 @@ def test_indivisible_dimensions_are_replicated():
   assert parallel.spec_for("layers/attn/k_proj", (2, 64, 2, 16), mesh) == P(None, None, None, None)
   assert parallel.spec_for("layers/attn/q_proj", (2, 64, 8, 16), mesh) == P(None, None, "tensor",
                                                                              None)
+
+
+# ------------------------------------------------ sharded == single device, per mesh
+
+# Every sharded dimension divides the meshes below: 8 query / 4 KV heads and the MLP
+# split over tensor=4, hidden 64 over fsdp up to 4, the vocabulary over tensor.
+MESH_CONFIG = ModelConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2,
+                          num_heads=8, num_kv_heads=4, head_dim=8, tie_word_embeddings=False)
+MESHES = {"data8": {"data": 8}, "data2_fsdp4": {"data": 2, "fsdp": 4},
+          "fsdp2_tensor4": {"fsdp": 2, "tensor": 4}}
+NEW_TOKENS = 12
+
+
+def _prompts():
+  rng = np.random.default_rng(1)
+  return [rng.integers(1, 128, int(n)).tolist() for n in (5, 9, 3, 12, 7, 1, 10, 4)]
+
+
+def _batch(completions):
+  rows = [Trajectory(prompt_ids=p, completion_ids=list(c.ids), logprobs=list(c.logprobs),
+                     reward=float(i % 3), group_id=i // 2, role="policy")
+          for i, (p, c) in enumerate(zip(_prompts(), completions))]
+  return build_batch(rows, min_bucket=8)
+
+
+def _run_everything(params, mesh=None):
+  """Forward logits, greedy samples and one train step on `params` (sharded or not)."""
+  tokens_BxT = np.asarray(_prompts()[3][:8] * 2, np.int32).reshape(2, 8)
+  logits = qwen3.apply(MESH_CONFIG, params, jnp.asarray(tokens_BxT))
+  completions = generate(MESH_CONFIG, params, _prompts(), max_new_tokens=NEW_TOKENS,
+                         temperature=0.0)
+  batch = _batch(completions)
+  state = init_train_state(MESH_CONFIG, GRPO, params)
+  state, metrics = train_step(state, batch if mesh is None else parallel.put_batch(batch, mesh))
+  return logits, completions, state, metrics
+
+
+@pytest.fixture(scope="module")
+def single_device():
+  params = random_params(MESH_CONFIG, std=0.3)
+  return params, _run_everything(params)
+
+
+def _assert_placed_by_the_rules(tree, mesh):
+  for path, x in hf.flatten(tree).items():
+    rule = NamedSharding(mesh, parallel.spec_for(path, x.shape, mesh))
+    assert x.sharding.is_equivalent_to(rule, x.ndim), (path, x.sharding.spec, rule.spec)
+
+
+@pytest.mark.parametrize("shape", MESHES.values(), ids=MESHES.keys())
+def test_sharded_forward_sampler_and_train_step_equal_one_device(single_device, shape):
+  params, (logits, completions, state, metrics) = single_device
+  mesh = parallel.make_mesh(shape)
+  sharded = parallel.shard_params(params, mesh)
+  _assert_placed_by_the_rules(sharded, mesh)
+  s_logits, s_completions, s_state, s_metrics = _run_everything(sharded, mesh)
+
+  np.testing.assert_allclose(np.asarray(s_logits), np.asarray(logits), atol=2e-5, rtol=0)
+  assert [c.ids for c in s_completions] == [c.ids for c in completions]
+  np.testing.assert_allclose([c.logprobs for c in s_completions],
+                             [c.logprobs for c in completions], atol=1e-4)
+  # The update keeps params, Adam's moments and the reference copy on the rules' shardings.
+  _assert_placed_by_the_rules(s_state.params, mesh)
+  _assert_placed_by_the_rules(s_state.ref_params, mesh)
+  _assert_placed_by_the_rules(s_state.opt_state[1][0].mu, mesh)
+  for a, b in zip(jax.tree.leaves(s_state.params), jax.tree.leaves(state.params)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6, rtol=0)
+  for k, v in metrics.items():
+    np.testing.assert_allclose(float(s_metrics[k]), float(v), rtol=1e-4, atol=1e-6, err_msg=k)

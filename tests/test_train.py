@@ -105,3 +105,57 @@ def test_cli_rejects_unknown_keys_and_wrong_types():
         env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.returncode != 0
     assert match in out.stderr, out.stderr[-2000:]
+
+
+def test_a_config_that_does_not_fit_is_refused_with_its_plan(monkeypatch, tmp_path):
+  from rlsvr import plan
+  from rlsvr.model import sources
+
+  monkeypatch.setattr(sources, "load_model", lambda *a, **k: pytest.fail("model was loaded"))
+  monkeypatch.setattr(plan, "detect_device_memory", lambda: 16 * 2**30)
+  c = smoke_config()
+  c.model.source = "random:qwen3-8b"  # 8.2B params: ~125 GiB of state on one 16 GiB device.
+  with pytest.raises(ValueError, match="does not fit") as e:
+    train.train(c, str(tmp_path))
+  assert "AdamW" in str(e.value) and "DOES NOT FIT" in str(e.value)
+  c.check_memory = False  # The override reaches the model load.
+  with pytest.raises(pytest.fail.Exception, match="model was loaded"):
+    train.train(c, str(tmp_path))
+
+
+def test_two_processes_train_like_one(tmp_path):
+  """jax.distributed on CPU (gloo): 2 processes x 4 devices play and train exactly what one
+  process with the same 8-device mesh does; process 0 alone writes logs, both write
+  checkpoint shards."""
+  # XLA at -O0 in every run: a third of the compile time, and the same program in each.
+  fast = "--xla_backend_optimization_level=0 --xla_force_host_platform_device_count="
+  args = [sys.executable, "-m", "rlsvr.train", "--config=configs/spy_summ.py:smoke",
+          "--config.steps=1", "--config.mesh.shape.data=2", "--config.mesh.shape.fsdp=4"]
+  run = lambda extra, devices, i=0: subprocess.Popen(
+      args + extra, cwd=REPO, env={**os.environ, "XLA_FLAGS": fast + str(devices)},
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+  single, multi = str(tmp_path / "single"), str(tmp_path / "multi")
+  port = 20000 + os.getpid() % 20000
+  distributed = ["--config.distributed.mode=on", "--config.distributed.num_processes=2",
+                 f"--config.distributed.coordinator_address=127.0.0.1:{port}"]
+  procs = [run([f"--workdir={single}"], 8)] + [
+      run(distributed + [f"--config.distributed.process_id={i}", f"--workdir={multi}"], 4)
+      for i in range(2)]
+  outs = []
+  for p in procs:
+    try:
+      outs.append(p.communicate(timeout=600)[0])
+    finally:
+      p.kill()
+  assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(o[-3000:] for o in outs)
+  assert "step 1/1" in outs[1] and "step 1/1" not in outs[2]
+
+  read = lambda d, name: open(os.path.join(d, name), encoding="utf-8").read()
+  assert read(multi, "rollouts.txt") == read(single, "rollouts.txt")
+  got, want = (metrics.read_jsonl(os.path.join(d, "metrics.jsonl"))[0] for d in (multi, single))
+  for k, v in want.items():
+    if k.startswith(("spy/", "reward/", "response_length/", "actor/pg", "actor/entropy")):
+      assert got[k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+  state_dir = os.path.join(multi, "checkpoints", "1", "state")
+  assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(os.listdir(state_dir))

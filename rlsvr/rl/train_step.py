@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rlsvr import parallel
 from rlsvr.model.config import ModelConfig
 from rlsvr.rl import grpo
 from rlsvr.rl.logprobs import token_logprobs
@@ -93,6 +94,7 @@ class TrainState:
   env_state: dict[str, jax.Array]
   model_config: ModelConfig = flax.struct.field(pytree_node=False)
   config: GRPOConfig = flax.struct.field(pytree_node=False)
+  mesh: jax.sharding.Mesh | None = flax.struct.field(pytree_node=False, default=None)
 
 
 def lr_schedule(config: GRPOConfig) -> optax.Schedule:
@@ -138,12 +140,15 @@ def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Para
   replicated = jax.tree.leaves(stored)[0].sharding
   if isinstance(replicated, jax.sharding.NamedSharding):
     replicated = jax.sharding.NamedSharding(replicated.mesh, jax.sharding.PartitionSpec())
-  commit = lambda tree: jax.tree.map(lambda x: jax.device_put(
-      x, x.sharding if isinstance(x, jax.Array) and x.ndim else replicated), tree)
+  # (A jitted identity, not device_put: in a multi-process run device_put cannot move a
+  # process-local key onto other processes' devices.)
+  commit = lambda tree: jax.tree.map(
+      lambda x: x if isinstance(x, jax.Array) and x.ndim else jax.jit(
+          lambda y: y, out_shardings=replicated)(x), tree)
   return TrainState(step=commit(jnp.zeros((), jnp.int32)), params=commit(stored),
                     opt_state=commit(opt_state), rng=commit(jax.random.key(seed)),
                     ref_params=commit(ref), env_state=commit(dict(env_state or {})),
-                    model_config=model_config, config=config)
+                    model_config=model_config, config=config, mesh=parallel.mesh_of(stored))
 
 
 def _logprobs(state: TrainState, params, batch):
@@ -247,8 +252,10 @@ def _train_step(state: TrainState, batch: dict[str, jax.Array]):
   keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
   metrics.update({"actor/grad_norm": grad_norm, "actor/lr": lr_schedule(cfg)(state.step),
                   "actor/update_skipped": 1.0 - finite.astype(jnp.float32)})
-  new_state = state.replace(step=state.step + 1, params=keep(params, state.params),
-                            opt_state=keep(opt_state, state.opt_state),
+  params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
+  if state.mesh is not None:
+    params, opt_state = parallel.constrain_params((params, opt_state), state.mesh)
+  new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
                             rng=jax.random.fold_in(state.rng, state.step))
   return new_state, metrics
 

@@ -1,0 +1,399 @@
+"""Per-device memory plan of a training config: will it fit, before anything is allocated?
+
+  python -m rlsvr.plan --config=configs/spy_summ.py --devices=8 --device=h100-80gb \
+      [--prompt_tokens=players=3000,detectors=6000] [--config.grpo.micro_batch_size=8]
+
+Exact, from shapes and `rlsvr.parallel`'s rules on an abstract mesh (no devices needed):
+params, AdamW moments, reference / judge copies, gradients, KV caches. Estimates ("est."):
+prompt lengths (printed; `--prompt_tokens` overrides) and activations. Peak = resident
+state + the largest phase (a sampler call, a train step, the update). Exit status 1: no fit.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+from typing import Any
+
+from rlsvr.model.config import PRESETS, ModelConfig, preset
+
+MESH_AXES = ("data", "fsdp", "tensor")  # As rlsvr.parallel (not imported here: it imports jax).
+GIB = 2**30
+_ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Memory of one device as the runtime reports it (MiB), and the share JAX may use by default
+# (the GPU client preallocates XLA_PYTHON_CLIENT_MEM_FRACTION = 0.75).
+DEVICES = {
+    "a100-40gb": (40_960, 0.75), "a100-80gb": (81_920, 0.75), "h100-80gb": (81_559, 0.75),
+    "h200": (143_771, 0.75), "tpu-v4": (32_768, 1.0), "tpu-v5e": (16_384, 1.0),
+    "tpu-v5p": (97_280, 1.0), "tpu-v6e": (32_768, 1.0)}
+_HUB_PRESETS = {f"qwen/{name}": name for name in PRESETS}  # "hub:Qwen/Qwen3-8B" -> qwen3-8b
+# Hub models the configs name that have no preset: their config.json, transcribed.
+_KNOWN = {
+    "qwen/qwen2.5-7b-instruct": ModelConfig(
+        model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+        num_layers=28, num_heads=28, num_kv_heads=4, head_dim=128, tie_word_embeddings=False,
+        qk_norm=False, qkv_bias=True, max_position_embeddings=32768),
+    "smollm2": ModelConfig(
+        model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
+        num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64, tie_word_embeddings=True,
+        qk_norm=False, rope_theta=100000.0, max_position_embeddings=8192)}
+
+
+def model_config_of(source: str) -> ModelConfig:
+  """The architecture of a `model.source`, offline (presets, known hub names, config.json)."""
+  if source in _KNOWN:
+    return _KNOWN[source]
+  if source.startswith("random:"):
+    name = source.split(":", 1)[1]
+    if name == "tiny":
+      from rlsvr.model.sources import TINY_QWEN3  # noqa: PLC0415 (imports jax)
+      return TINY_QWEN3
+    return preset(name)
+  if source.startswith("hub:"):
+    repo = source.split(":", 1)[1]
+    try:  # The HF cache, when the model was downloaded before; never the network.
+      import huggingface_hub  # noqa: PLC0415
+      cached = huggingface_hub.try_to_load_from_cache(repo, "config.json")
+    except Exception:  # noqa: BLE001 (an unreadable cache is just a miss)
+      cached = None
+    if isinstance(cached, str):
+      return ModelConfig.from_hf_dir(os.path.dirname(cached))
+    if repo.lower() in _HUB_PRESETS or repo.lower() in _KNOWN:
+      return _KNOWN.get(repo.lower()) or preset(_HUB_PRESETS[repo.lower()])
+    raise ValueError(f"model.source={source!r}: architecture unknown offline; use random:<preset> "
+                     f"(one of {sorted(_HUB_PRESETS.values())}) or a local HF directory")
+  if os.path.isfile(os.path.join(os.path.expanduser(source), "config.json")):
+    return ModelConfig.from_hf_dir(os.path.expanduser(source))
+  raise ValueError(f"model.source={source!r} is not a preset, a known hub name or an HF directory")
+
+
+def mesh_sizes(shape: dict[str, int] | None, num_devices: int) -> dict[str, int]:
+  """Axis sizes `rlsvr.parallel.make_mesh(shape)` would build on `num_devices` devices."""
+  sizes = {a: 1 for a in MESH_AXES}
+  sizes.update(shape or {"fsdp": -1})
+  free = [a for a, n in sizes.items() if n == -1]
+  known = math.prod(n for n in sizes.values() if n != -1)
+  for a in free:
+    sizes[a] = num_devices // known
+  if (set(sizes) - set(MESH_AXES) or len(free) > 1 or (free and num_devices % known)
+      or math.prod(sizes.values()) > num_devices):
+    raise ValueError(f"mesh {dict(shape or {})} does not fit {num_devices} devices (axes: "
+                     f"{MESH_AXES}, -1 = the rest)")
+  return sizes
+
+
+@functools.lru_cache(maxsize=None)
+def _param_elems(config: ModelConfig, sizes: tuple[int, ...]) -> dict[str, int]:
+  """Per-device parameter elements by sharding axes ("" = replicated), by `parallel.spec_for`."""
+  import jax  # noqa: PLC0415
+  from rlsvr import parallel  # noqa: PLC0415
+  from rlsvr.model import hf, qwen3  # noqa: PLC0415
+
+  mesh, elems = jax.sharding.AbstractMesh(sizes, MESH_AXES), {}
+  for path, leaf in hf.flatten(qwen3.abstract_params(config)).items():
+    spec = parallel.spec_for(path, leaf.shape, mesh)
+    axes = [a for entry in spec if entry for a in (entry if isinstance(entry, tuple) else (entry,))]
+    key = "·".join(f"{a}{mesh.shape[a]}" for a in axes)
+    elems[key] = elems.get(key, 0) + leaf.size // math.prod(mesh.shape[a] for a in axes)
+  return elems
+
+
+def param_bytes(config: ModelConfig, sizes: dict[str, int], itemsize: int) -> tuple[int, str]:
+  """Per-device bytes of one copy of the parameters, and how they are sharded."""
+  elems = _param_elems(config, tuple(sizes[a] for a in MESH_AXES))
+  total = sum(elems.values())
+  return total * itemsize, ", ".join(f"{axes or 'replicated'} {100 * n / total:.3g}%" for axes, n
+                                     in sorted(elems.items(), key=lambda kv: -kv[1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimates:
+  """Assumptions behind the prompt lengths; every one is printed with the plan."""
+
+  tokens_per_word: float = 1.4  # English prose under the Qwen / Llama tokenizers.
+  template_tokens: int = 512  # Instructions and chat template around a prompt's content.
+  output_tokens: int = 0  # A spy player's public output in later prompts; 0: the max length.
+  prompt_tokens: tuple[tuple[str, int], ...] = ()  # Overrides per sampler call, by name.
+  # The train batch is laid over data x fsdp; a host numpy batch is not (XLA then keeps
+  batch_split: bool = True  # nearly the whole micro-batch's activations on every device).
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+  phase: str  # "resident" (always held) or the phase it belongs to.
+  name: str
+  bytes: int  # Per device.
+  sharding: str
+  estimate: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+  """Per-device memory of a config on a mesh; `fits` is None when the memory is unknown."""
+
+  components: tuple[Component, ...]
+  header: str
+  assumptions: tuple[str, ...]
+  device_memory_bytes: int | None  # Usable by JAX (fraction already applied).
+
+  def phase_bytes(self) -> dict[str, int]:
+    names = dict.fromkeys(c.phase for c in self.components if c.phase != "resident")
+    return {p: sum(c.bytes for c in self.components if c.phase == p) for p in names}
+
+  @property
+  def resident_bytes(self) -> int:
+    return sum(c.bytes for c in self.components if c.phase == "resident")
+
+  @property
+  def peak_phase(self) -> str:
+    return max(self.phase_bytes().items(), key=lambda kv: kv[1], default=("resident", 0))[0]
+
+  @property
+  def total_bytes(self) -> int:
+    return self.resident_bytes + max(self.phase_bytes().values(), default=0)
+
+  @property
+  def headroom_bytes(self) -> int | None:
+    return None if self.device_memory_bytes is None else self.device_memory_bytes - self.total_bytes
+
+  @property
+  def fits(self) -> bool | None:
+    return None if self.device_memory_bytes is None else self.headroom_bytes >= 0
+
+  def table(self) -> str:
+    gib = lambda b: f"{b / GIB:>12,.2f}"
+    lines = [self.header, f"{'component':<64}{'GiB/device':>12}  sharding", "-" * 106]
+    for phase in ["resident", *self.phase_bytes()]:
+      rows = [c for c in self.components if c.phase == phase]
+      mark = "  <- peak phase" if phase == self.peak_phase else ""
+      lines.append(f"{'[' + phase + ']':<64}{gib(sum(c.bytes for c in rows))}{mark}")
+      lines += [f"  {c.name + (' (est.)' if c.estimate else ''):<62}{gib(c.bytes)}  {c.sharding}"
+                for c in rows]
+    lines += ["-" * 106, f"{'peak = resident + ' + self.peak_phase.split(' (')[0]:<64}"
+              f"{gib(self.total_bytes)}"]
+    if self.device_memory_bytes is None:
+      lines.append("device memory unknown (--device or --device_memory_gb): no verdict")
+    else:
+      lines += [f"{'device memory usable by JAX':<64}{gib(self.device_memory_bytes)}",
+                f"{'headroom':<64}{gib(self.headroom_bytes)}",
+                "verdict: " + ("FITS" if self.fits else "DOES NOT FIT")]
+    return "\n".join(lines + ["assumptions:"] + [f"  - {a}" for a in self.assumptions])
+
+
+def _bucket(n: int, minimum: int = 16) -> int:  # The sampler's and build_batch's buckets.
+  return max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
+
+
+def _split(n: int, size: int) -> int:  # A dimension is split only when the axis divides it.
+  return n // size if size > 1 and n % size == 0 else n
+
+
+def _calls_and_steps(c, est: Estimates, notes: list[str]):
+  """Sampler calls (name, rows, prompt tokens, new tokens, judge?) and train phases
+  (name, rows, the calls whose prompts it trains on, completion tokens) of a step of `c`."""
+  if c.env == "spy":
+    s = c.spy
+    out = min(est.output_tokens or s.player_max_new_tokens, s.player_max_new_tokens)
+    doc = math.ceil(s.truncate_words * est.tokens_per_word)
+    seq = s.variant == "sequential"
+    earlier = ((s.num_players - 1) * out if seq else 0) + (s.rounds - 1) * s.num_players * out
+    player_p = est.template_tokens + doc + earlier
+    detector_p = est.template_tokens + doc + s.rounds * s.num_players * out
+    notes.append(f"spy prompts: document = truncate_words {s.truncate_words} x "
+                 f"{est.tokens_per_word} tokens/word = {doc}; template {est.template_tokens}; "
+                 f"public output {out} tokens per player (--output_tokens)")
+    calls = [("players", s.games_per_step * (1 if seq else s.num_players), player_p,
+              s.player_max_new_tokens, False), ("detectors", s.games_per_step * s.rollout_n,
+                                                detector_p, s.detector_max_new_tokens, False)]
+    clue = ("clue", s.games_per_step * s.num_players * s.rounds, ("players",),
+            s.player_max_new_tokens)
+    decide = ("decision", s.games_per_step * s.rollout_n, ("detectors",), s.detector_max_new_tokens)
+    if s.joint:
+      steps = [("joint", clue[1] + decide[1], ("players", "detectors"), max(clue[3], decide[3]))]
+    else:
+      phase = "clue" if s.variant == "no_spy" else s.training_phase
+      steps = [st for st in (clue, decide) if phase in ("interactive", st[0])]
+    return calls, steps
+  r = c.rlsr
+  rows = r.problems_per_step * r.group_size
+  judge_p = est.template_tokens + r.policy_max_new_tokens
+  notes.append(f"rlsr prompts: policy = template {est.template_tokens}; judge = template + a "
+               f"whole response ({r.policy_max_new_tokens}: one answer without <answer> suffices)")
+  calls = [("policy", rows, est.template_tokens, r.policy_max_new_tokens, False),
+           ("judge", rows, judge_p, r.judge_max_new_tokens, True)]
+  return calls, [("policy", rows, ("policy",), r.policy_max_new_tokens)]
+
+
+def _layer_terms(m: ModelConfig, t: int):
+  """Per-token, per-layer activation elements (linear part) and attended heads, on tensor=t."""
+  h, k, f = _split(m.num_heads, t), _split(m.num_kv_heads, t), _split(m.intermediate_size, t)
+  return 4 * m.hidden_size + 4 * h * m.head_dim + 6 * k * m.head_dim + 4 * f, h
+
+
+def _train_activations(m: ModelConfig, rows: int, seq: int, completion: int, cb: int, *,
+                       remat: bool, t: int, chunk: int) -> int:
+  """Estimated activation bytes of one micro-batch's forward + backward on one device.
+
+  Attention is materialised: a layer keeps fp32 softmax + compute-dtype probs (rows x H x
+  T x T), its backward two fp32 cotangents of them. Remat keeps only layer inputs. The KL
+  reference forward runs layer by layer before the backward: no extra peak.
+  """
+  lin, heads = _layer_terms(m, t)
+  saved = rows * seq * (lin * cb + heads * seq * (4 + cb))
+  work = saved + rows * seq * (lin * cb + heads * seq * 8)  # One layer's backward.
+  layers = m.num_layers * rows * seq * m.hidden_size * cb if remat else m.num_layers * saved
+  logits = 4 * rows * chunk * _split(m.vocab_size, t) + rows * (completion + 1) * m.hidden_size
+  return layers + work + 4 * logits  # Four fp32 logit chunks alive; fp32 hidden window.
+
+
+def _sample_phase(name, rows, prompt, new, m: ModelConfig, pb: int, nb: int, t: int,
+                  gathered: int) -> list[Component]:
+  """One sampler call: its KV cache (exact) and its prefill's largest layer (estimate)."""
+  b, p, n = _bucket(rows, 1), _bucket(prompt), _bucket(new)
+  bd, kd = (b // nb if nb > 1 and b % nb == 0 else b), _split(m.num_kv_heads, t)
+  how = (f"batch/{nb} (data·fsdp)" if bd < b else "batch whole") + (
+      f", kv heads/{t}" if kd < m.num_kv_heads else "")
+  phase = f"sample: {name} (B={b}, P={p}, N={n})"
+  lin, heads = _layer_terms(m, t)
+  gather = [Component(phase, "FSDP-gathered embedding + one layer", gathered * pb, "whole", True)]
+  return [Component(phase, f"KV cache 2 x L{m.num_layers} x B x K x Dh x S",
+                    2 * m.num_layers * bd * kd * m.head_dim * (p + n) * pb, how),
+          Component(phase, "prefill: one layer, attention scores B x H x P x S",
+                    bd * p * (lin * pb + heads * (p + n) * (8 + pb) + 2 * m.hidden_size * 4),
+                    how, estimate=True)] + (gather if gathered else [])
+
+
+def plan(c, num_devices: int, device_memory_bytes: int | None = None,
+         estimates: Estimates = Estimates()) -> MemoryPlan:
+  """The per-device memory plan of config `c` on `num_devices` devices (none needed here)."""
+  from rlsvr.rl.logprobs import chunk_len  # noqa: PLC0415
+
+  m, judge_m = model_config_of(c.model.source), None
+  sizes = mesh_sizes(dict(c.mesh.shape), num_devices)
+  nb, t, pb, n_params = sizes["data"] * sizes["fsdp"], sizes["tensor"], _ITEMSIZE[c.model.dtype], \
+      m.num_params()
+  (p_bytes, how), (f32_bytes, _) = param_bytes(m, sizes, pb), param_bytes(m, sizes, 4)
+  res = lambda name, nbytes=p_bytes, sharding=how: Component("resident", name, nbytes, sharding)
+  comps = [res(f"params ({c.model.dtype})"), res("AdamW mu + nu (float32)", 2 * f32_bytes)]
+  if c.grpo.kl_coef > 0:
+    comps.append(res(f"reference params ({c.model.dtype})"))
+  if c.env == "rlsr" and c.judge.source:
+    judge_m = model_config_of(c.judge.source)
+    comps.append(res(f"judge params {c.judge.source}", *param_bytes(judge_m, sizes, pb)))
+  elif c.env == "rlsr":  # The experiment keeps the initial weights (or a delayed copy).
+    comps.append(res(f"judge params (policy copy, {c.rlsr.judge_weights})"))
+  else:  # init_train_state copies the loaded params while they are still alive.
+    comps.append(Component("init", "loaded params during init_train_state", p_bytes, how))
+  # Weights split over the mesh are all-gathered where used: count the embedding (+ head)
+  # and one layer whole. Which of them XLA holds at once is its choice: an estimate.
+  embed = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
+  gathered = embed + (n_params - embed) // m.num_layers if nb * t > 1 else 0
+
+  notes: list[str] = []
+  calls, steps = _calls_and_steps(c, estimates, notes)
+  overrides = dict(estimates.prompt_tokens)
+  if set(overrides) - {call[0] for call in calls}:
+    raise ValueError(f"--prompt_tokens names {sorted(overrides)}; calls: {[x[0] for x in calls]}")
+  prompt_len = {name: overrides.get(name, p) for name, _, p, _, _ in calls}
+  for name, rows, _, new, is_judge in calls:
+    mm = (judge_m or m) if is_judge else m
+    comps += _sample_phase(name, rows, prompt_len[name], new, mm, pb, nb, t,
+                           gathered if mm is m else 0)
+  mb_cfg = c.grpo.micro_batch_size
+  for name, rows, prompts_of, new in steps:
+    p, cl = _bucket(max(prompt_len[call] for call in prompts_of)), _bucket(new)
+    multiple = math.lcm(mb_cfg, nb) if mb_cfg else nb
+    b = -(-rows // multiple) * multiple
+    mb = mb_cfg or b
+    rd = mb // nb if mb % nb == 0 and estimates.batch_split else mb
+    phase = f"train: {name} ({b} rows, micro-batch {mb}, T={p}+{cl})"
+    chunk = c.grpo.get("logits_chunk", 0) or chunk_len(mb, cl + 1, m.vocab_size)
+    comps += [Component(phase, "FSDP-gathered embedding + one layer, and their grads",
+                        gathered * (pb + 4), "whole", estimate=True)] if gathered else []
+    comps += [
+        Component(phase, "gradient accumulator (float32)", f32_bytes, how),
+        Component(phase, f"micro-batch gradients ({c.model.dtype})", p_bytes, how),
+        Component(phase, f"activations, {rd} rows, remat={c.grpo.remat}",
+                  _train_activations(m, rd, p + cl, cl, pb, remat=c.grpo.remat, t=t, chunk=chunk),
+                  f"rows/{nb} (data·fsdp)" if rd < mb else "micro-batch whole", estimate=True),
+        Component(phase, "batch arrays (host numpy: whole) + micro split",
+                  2 * b * (2 * (p + cl) + 2 * cl) * 4, "whole", estimate=True)]
+  comps.append(Component("optimizer update", "gradients + fp32 params + updates (float32)",
+                         3 * f32_bytes, how, estimate=True))
+  notes += [("train batch split over data·fsdp: the trainer must place it so (a host numpy batch "
+             "is not split; --nobatch_split plans that)") if estimates.batch_split else
+            "train batch not split: every device holds the whole micro-batch's activations",
+            f"prompt tokens per call before bucketing: {prompt_len} (--prompt_tokens=name=N)",
+            "buckets: next power of two (batch, prompt >= 16, new tokens >= 16), as the sampler",
+            "params, optimizer state, KV caches: exact for these shapes; activations: estimates "
+            "(attention materialised; 1.1-1.4x XLA's CPU buffer sizes for fp32 on one device)"]
+  header = (f"{c.model.source}: {n_params / 1e9:.2f}B params, {c.model.dtype}, L{m.num_layers} "
+            f"D{m.hidden_size} H{m.num_heads} K{m.num_kv_heads} V{m.vocab_size}\nmesh {sizes} "
+            f"({math.prod(sizes.values())} of {num_devices} devices)")
+  return MemoryPlan(tuple(comps), header, tuple(notes), device_memory_bytes)
+
+
+def detect_device_memory() -> int | None:
+  """The allocator's limit on device 0 (None on backends without memory stats, e.g. CPU)."""
+  import jax  # noqa: PLC0415
+  return (jax.local_devices()[0].memory_stats() or {}).get("bytes_limit")
+
+
+def check_fits(c, num_devices: int | None = None, device_memory_bytes: int | None = None,
+               estimates: Estimates = Estimates()) -> MemoryPlan:
+  """The plan (by default for this machine's devices); ValueError with the table if it does not
+  fit. Without a known memory size (e.g. on CPU) it returns the plan unchecked."""
+  import jax  # noqa: PLC0415
+
+  result = plan(c, num_devices or jax.device_count(),
+                device_memory_bytes or detect_device_memory(), estimates)
+  if result.fits is False:
+    raise ValueError(f"the config does not fit in device memory:\n{result.table()}")
+  return result
+
+
+def usable_memory(device: str | None, memory_gb: float | None,
+                  fraction: float | None) -> int | None:
+  """Bytes JAX may use per device from the CLI's --device / --device_memory_gb / --mem_fraction."""
+  if device and device not in DEVICES:
+    raise ValueError(f"unknown --device={device!r}; known: {sorted(DEVICES)}")
+  if memory_gb or not device:
+    total = memory_gb * GIB if memory_gb else detect_device_memory()
+    return None if total is None else int(total * (fraction or 1.0))
+  mib, default = DEVICES[device]
+  env = None if device.startswith("tpu") else os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+  return int(mib * 2**20 * (fraction or float(env or default)))
+
+
+def main(argv: Any) -> None:
+  from absl import app, flags  # noqa: PLC0415
+
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  f = flags.FLAGS
+  est = Estimates(f.tokens_per_word, f.template_tokens, f.output_tokens, tuple(
+      (k, int(v)) for k, v in (kv.split("=") for kv in f.prompt_tokens)), f.batch_split)
+  num_devices = f.devices or __import__("jax").device_count()
+  result = plan(f.config, num_devices, usable_memory(f.device, f.device_memory_gb, f.mem_fraction),
+                est)
+  print(result.table(), flush=True)
+  raise SystemExit(1 if result.fits is False else 0)
+
+
+if __name__ == "__main__":
+  from absl import app, flags
+  from ml_collections import config_flags
+
+  config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].")
+  flags.DEFINE_integer("devices", None, "Plan for a mesh of this many devices (default: here).")
+  flags.DEFINE_string("device", None, f"Device kind: one of {sorted(DEVICES)}.")
+  flags.DEFINE_float("device_memory_gb", None, "Memory per device in GiB (2**30 bytes).")
+  flags.DEFINE_float("mem_fraction", None, "Usable share (GPU default: env or 0.75).")
+  flags.DEFINE_float("tokens_per_word", Estimates.tokens_per_word, "Tokens per word of prose.")
+  flags.DEFINE_integer("template_tokens", Estimates.template_tokens, "Prompt template tokens.")
+  flags.DEFINE_integer("output_tokens", 0, "Spy: public output tokens per player (0: max).")
+  flags.DEFINE_list("prompt_tokens", [], "Prompt tokens per sampler call, e.g. detectors=9000.")
+  flags.DEFINE_bool("batch_split", True, "The train batch is split over data x fsdp.")
+  flags.mark_flag_as_required("config")
+  app.run(main)

@@ -1,0 +1,144 @@
+"""The memory planner: exact arithmetic on small configs, the verdict, the CLI."""
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rlsvr import parallel, plan
+from rlsvr.model import hf, qwen3
+from rlsvr.model.sources import TINY_QWEN3
+
+GIB = 2**30
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def smoke(**mesh):
+  from configs.spy_summ import get_config
+
+  c = get_config("smoke")
+  if mesh:
+    c.mesh.shape = mesh
+  return c
+
+
+def component(result, phase_prefix, name_prefix):
+  (match,) = [c for c in result.components
+              if c.phase.startswith(phase_prefix) and c.name.startswith(name_prefix)]
+  return match
+
+
+@pytest.mark.parametrize("shape", [{"fsdp": -1}, {"data": 2, "tensor": -1}, {"fsdp": 1},
+                                   {"data": 2, "fsdp": 2, "tensor": 2}])
+def test_mesh_sizes_match_make_mesh(shape):
+  assert plan.mesh_sizes(shape, 8) == dict(parallel.make_mesh(shape).shape)
+
+
+def test_mesh_sizes_refuse_impossible_meshes():
+  with pytest.raises(ValueError, match="does not fit"):
+    plan.mesh_sizes({"fsdp": 16}, 8)
+  with pytest.raises(ValueError, match="does not fit"):
+    plan.mesh_sizes({"fsdp": 3, "tensor": -1}, 8)
+
+
+def test_param_bytes_exact_by_hand():
+  m = TINY_QWEN3  # V151936 D64 F128 L2 H4 K2 Dh16, tied embeddings.
+  v, d, f, l, h, k, dh = 151936, 64, 128, 2, 4, 2, 16
+  norms = d + 2 * l * d + 2 * l * dh  # final, input, post-attention; q and k norms.
+  assert m.num_params() == v * d + l * (2 * d * h * dh + 2 * d * k * dh + 3 * d * f) + norms
+  one = {"data": 1, "fsdp": 1, "tensor": 1}
+  assert plan.param_bytes(m, one, 4)[0] == m.num_params() * 4
+  # fsdp=8 splits the hidden dimension of every matrix; the norms stay whole.
+  fsdp, how = plan.param_bytes(m, {"data": 1, "fsdp": 8, "tensor": 1}, 2)
+  assert fsdp == ((m.num_params() - norms) // 8 + norms) * 2
+  assert how.startswith("fsdp8")
+  # tensor=8: vocabulary and MLP units split; 4 query / 2 KV heads cannot be: replicated.
+  tensor, _ = plan.param_bytes(m, {"data": 1, "fsdp": 1, "tensor": 8}, 4)
+  assert tensor == (v * d // 8 + l * 3 * d * f // 8 + l * (2 * d * h * dh + 2 * d * k * dh)
+                    + norms) * 4
+
+
+def test_param_bytes_match_jax_shard_shapes_on_a_real_mesh():
+  mesh = parallel.make_mesh({"fsdp": 2, "tensor": 4})
+  shardings = parallel.param_shardings(TINY_QWEN3, mesh)
+  per_device = sum(math.prod(shardings[path].shard_shape(leaf.shape)) * 4
+                   for path, leaf in hf.flatten(qwen3.abstract_params(TINY_QWEN3)).items())
+  assert plan.param_bytes(TINY_QWEN3, dict(mesh.shape), 4)[0] == per_device
+
+
+def test_resident_state_and_kv_cache_by_hand():
+  m = TINY_QWEN3
+  est = plan.Estimates(prompt_tokens=(("players", 100), ("detectors", 300)))
+  result = plan.plan(smoke(), 1, 16 * GIB, est)  # fp32, one device, kl_coef 0.001.
+  n = m.num_params()
+  assert component(result, "resident", "params").bytes == 4 * n
+  assert component(result, "resident", "AdamW").bytes == 8 * n
+  assert component(result, "resident", "reference").bytes == 4 * n
+  assert result.resident_bytes == 16 * n
+  # players: 2 games x 4 players = 8 rows, P = 128, N = bucket(8) = 16.
+  kv = component(result, "sample: players (B=8, P=128, N=16)", "KV cache").bytes
+  assert kv == 2 * m.num_layers * 8 * m.num_kv_heads * m.head_dim * (128 + 16) * 4
+  # detectors: 2 games x 2 rollouts = 4 rows, P = 512.
+  kv = component(result, "sample: detectors (B=4, P=512, N=16)", "KV cache").bytes
+  assert kv == 2 * m.num_layers * 4 * m.num_kv_heads * m.head_dim * (512 + 16) * 4
+  assert result.total_bytes == result.resident_bytes + max(result.phase_bytes().values())
+  assert result.fits and result.headroom_bytes == 16 * GIB - result.total_bytes
+
+
+def test_kv_cache_sharded_over_batch_and_heads():
+  est = plan.Estimates(prompt_tokens=(("players", 100),))
+  c = smoke(data=1, fsdp=4, tensor=2)
+  c.spy.games_per_step = 8  # 32 player rows: 8 per data shard; 2 KV heads over tensor=2.
+  kv = component(plan.plan(c, 8, None, est), "sample: players", "KV cache")
+  m = TINY_QWEN3
+  assert kv.bytes == 2 * m.num_layers * (32 // 4) * (2 // 2) * m.head_dim * (128 + 16) * 4
+  assert kv.sharding == "batch/4 (data·fsdp), kv heads/2"
+
+
+def test_activation_estimates_respond_to_remat_and_micro_batches():
+  def act(**grpo):
+    c = smoke()
+    c.grpo.update(grpo)
+    return component(plan.plan(c, 1), "train: clue", "activations").bytes
+
+  assert act(remat=True) < act(remat=False)
+  assert act(micro_batch_size=2) < act(micro_batch_size=8)
+
+
+def test_qwen3_8b_and_hub_names_resolve_offline():
+  m = plan.model_config_of("hub:Qwen/Qwen3-8B")
+  assert m.num_params() == 8_190_735_360
+  assert plan.model_config_of("hub:Qwen/Qwen3-4B-Instruct-2507").rope_theta == 5_000_000.0
+  assert plan.model_config_of("hub:Qwen/Qwen2.5-7B-Instruct").num_params() == 7_615_616_512
+  with pytest.raises(ValueError, match="unknown offline"):
+    plan.model_config_of("hub:nobody/no-such-model")
+
+
+def test_infeasible_config_is_refused_with_the_plan():
+  c = smoke(data=1, fsdp=1, tensor=1)
+  c.model.source, c.model.dtype = "random:qwen3-8b", "bfloat16"
+  with pytest.raises(ValueError, match="does not fit") as err:
+    plan.check_fits(c, num_devices=1, device_memory_bytes=16 * GIB)
+  message = str(err.value)
+  assert "DOES NOT FIT" in message and "AdamW mu + nu" in message and "8.19B params" in message
+  assert plan.check_fits(smoke(), 1, 16 * GIB).fits
+  assert plan.check_fits(smoke(), 1).fits is None  # CPU: no memory stats, no verdict.
+
+
+def test_usable_memory_from_device_names():
+  assert plan.usable_memory("h100-80gb", None, None) == int(81_559 * 2**20 * 0.75)
+  assert plan.usable_memory("tpu-v5p", None, None) == 95 * GIB
+  assert plan.usable_memory(None, 16, None) == 16 * GIB
+  assert plan.usable_memory(None, None, None) is None  # CPU: nothing to detect.
+  with pytest.raises(ValueError, match="unknown --device"):
+    plan.usable_memory("gtx-1080", None, None)
+
+
+def test_cli_prints_the_verdict():
+  run = subprocess.run(
+      [sys.executable, "-m", "rlsvr.plan", "--config=configs/spy_summ.py:smoke", "--devices=1",
+       "--device=h100-80gb"], cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+      capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr
+  assert "verdict: FITS" in run.stdout and "KV cache" in run.stdout
