@@ -114,3 +114,48 @@ def test_sharded_forward_sampler_and_train_step_equal_one_device(single_device, 
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6, rtol=0)
   for k, v in metrics.items():
     np.testing.assert_allclose(float(s_metrics[k]), float(v), rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+# ------------------------------------------------ processes and host data
+
+@pytest.fixture
+def fake_initialize(monkeypatch):
+  calls = []
+  monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
+  monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
+  monkeypatch.setattr(jax.config, "update", lambda *a: None)
+  for var in ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "JAX_NUM_PROCESSES", "TPU_WORKER_HOSTNAMES",
+              "TPU_PROCESS_ADDRESSES", "JAX_COORDINATOR_ADDRESS", "MEGASCALE_COORDINATOR_ADDRESS"):
+    monkeypatch.delenv(var, raising=False)
+  return calls
+
+
+def test_distributed_starts_only_when_asked_or_in_a_multiprocess_cluster(fake_initialize,
+                                                                         monkeypatch):
+  parallel.initialize_distributed("auto")
+  parallel.initialize_distributed("off")
+  monkeypatch.setenv("SLURM_NTASKS", "1")  # a one-task SLURM job is one process
+  parallel.initialize_distributed("auto")
+  assert fake_initialize == []
+  monkeypatch.setenv("SLURM_NTASKS", "4")
+  parallel.initialize_distributed("auto")  # left to JAX's cluster detection
+  assert fake_initialize[-1] == dict(coordinator_address=None, num_processes=None,
+                                     process_id=None)
+  monkeypatch.delenv("SLURM_NTASKS")
+  monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "w0,w1")
+  parallel.initialize_distributed("auto")
+  parallel.initialize_distributed("on", "10.0.0.1:1234", 2, 1)
+  assert len(fake_initialize) == 3
+  assert fake_initialize[-1] == dict(coordinator_address="10.0.0.1:1234", num_processes=2,
+                                     process_id=1)
+  with pytest.raises(ValueError, match="distributed.mode"):
+    parallel.initialize_distributed("yes")
+
+
+def test_put_batch_splits_rows_when_they_divide():
+  mesh = parallel.make_mesh({"data": 2, "fsdp": 4})
+  batch = parallel.put_batch({"a": np.arange(16).reshape(8, 2), "b": np.arange(6)}, mesh)
+  assert batch["a"].sharding.spec == P(("data", "fsdp"))
+  assert batch["a"].addressable_shards[1].data.shape == (1, 2)
+  assert batch["b"].sharding.spec == P()  # 6 rows over 8 devices: replicated
+  np.testing.assert_array_equal(parallel.to_host(batch)["a"], np.arange(16).reshape(8, 2))
