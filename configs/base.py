@@ -48,7 +48,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.grpo.entropy_coef = 0.0  # Entropy bonus (paper: 0).
   c.grpo.agg_mode = "token-mean"  # verl loss_agg_mode.
   c.grpo.norm_adv_by_std = True  # GRPO: divide group-centred rewards by the group std.
-  c.grpo.micro_batch_size = 0  # Rows per forward/backward; 0: whole batch.
+  # Rows per forward/backward over all devices (0: the whole batch at once). 8 is one row
+  # per device of an 8-GPU node: at the paper's lengths a micro-batch's activations, not
+  # the weights, are what decide whether a step fits (`python -m rlsvr.plan`).
+  c.grpo.micro_batch_size = 8
   c.grpo.remat = True  # Recompute layers in the backward pass (memory for compute).
 
   c.mesh = ml_collections.ConfigDict()

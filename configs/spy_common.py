@@ -48,6 +48,9 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   c.spy.joint = False  # Train players and detectors every step.
   c.spy.player_max_new_tokens = 4096  # Response length (paper: 4096).
   c.spy.detector_max_new_tokens = 4096
+  # Start replies with the format marker (`Answer:`, `\boxed{`): for models too small to
+  # follow the format instructions; not the paper's setting.
+  c.spy.answer_prefill = False
   c.data.source = "bundled" if "bundled" in variants else "hub"
 
   if "cpu" in variants:
@@ -62,6 +65,9 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.spy.truncate_words = min(game.truncate_words, 80)
     c.spy.player_max_new_tokens = 48
     c.spy.detector_max_new_tokens = 32
+    # SmolLM2-135M never writes `Answer:` or a `\boxed{}` vote within these budgets by itself
+    # (every reward was 0, so GRPO had nothing to learn from); with the markers it does.
+    c.spy.answer_prefill = True
     c.checkpoint.every = 3
   if "smoke" in variants:
     run_locally(c, "random:tiny", tokenizer="qwen3")

@@ -51,6 +51,11 @@ class SpyGameConfig:
     cycle_length: steps per phase when interactive.
     joint: train players and detectors every step, whatever the phase.
     player_max_new_tokens, detector_max_new_tokens: per-phase length limits.
+    answer_prefill: start every reply with its format marker (players `Answer:`,
+      math players `\\boxed{Problem:`, detectors `\\boxed{`), placed after the
+      chat template's assistant header. For models too small to follow the
+      format (the CPU default); the marker is prompt, not trained on, and the
+      parsers read marker + completion. Not in the paper: off by default.
     sampling: extra keyword arguments passed to every `sample` call
       (temperature, top_p, ...). A dict, so the config is not hashable.
   """
@@ -73,6 +78,7 @@ class SpyGameConfig:
   joint: bool = False
   player_max_new_tokens: int = 4096
   detector_max_new_tokens: int = 4096
+  answer_prefill: bool = False
   sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):

@@ -99,14 +99,25 @@ class SpyGame:
   def load_state_dict(self, state: Mapping[str, Any]) -> None:
     self.baselines.load_state_dict(dict(state["baselines"]))
 
-  def encode(self, text: str) -> list[int]:
-    """Prompt ids: `text` as one user message through the chat template."""
+  def encode(self, text: str, prefill: str = "") -> list[int]:
+    """Prompt ids: `text` as one user message through the chat template, then the
+    start of the reply (`prefill`) after the assistant header."""
     out = self.tokenizer.apply_chat_template(
         [{"role": "user", "content": text}], tokenize=True, add_generation_prompt=True,
         **self.chat_template_kwargs)
     if isinstance(out, Mapping):  # transformers 5 may return a BatchEncoding
       out = out["input_ids"]
+    if prefill:
+      out = list(out) + list(self.tokenizer.encode(prefill, add_special_tokens=False))
     return [int(t) for t in out]
+
+  def prefill(self, role: str) -> str:
+    """The reply's forced start for "player" or "detector" (empty unless answer_prefill)."""
+    if not self.config.answer_prefill:
+      return ""
+    if role == "detector":
+      return "\\boxed{"
+    return "\\boxed{Problem:" if self.config.task == "math" else "Answer:"
 
   def decode(self, ids: Sequence[int]) -> str:
     return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -155,10 +166,10 @@ class SpyGame:
           text = prompts.player_prompt(
               cfg, player=player, is_spy=game.spy == player, view=game.views[player - 1],
               earlier=earlier)
-          pending.append((game, player, text, self.encode(text)))
+          pending.append((game, player, text, self.encode(text, self.prefill("player"))))
       completions = self._sample(sample, [p[3] for p in pending], cfg.player_max_new_tokens)
       for (game, player, text, ids), completion in zip(pending, completions):
-        output = self.decode(completion.ids)
+        output = self.prefill("player") + self.decode(completion.ids)
         game.turns.append(_Turn(round_, player, text, ids, completion, output,
                                 mechanics.public_output(output, cfg.task)))
 
@@ -167,12 +178,12 @@ class SpyGame:
     for game in games:
       game.detection_prompt = prompts.detector_prompt(
           cfg, reference=game.reference, outputs=game.public_outputs())
-      game.detection_ids = self.encode(game.detection_prompt)
+      game.detection_ids = self.encode(game.detection_prompt, self.prefill("detector"))
     prompt_ids = [game.detection_ids for game in games for _ in range(cfg.rollout_n)]
     completions = self._sample(sample, prompt_ids, cfg.detector_max_new_tokens)
     for i, completion in enumerate(completions):
       game = games[i // cfg.rollout_n]
-      response = self.decode(completion.ids)
+      response = self.prefill("detector") + self.decode(completion.ids)
       parsed = mechanics.parse_vote_detail(response, cfg.num_players, cfg.vote_pick)
       game.detectors.append((completion, response, parsed))
 

@@ -13,7 +13,8 @@ class ByteTokenizer:
   def __init__(self, as_mapping: bool = False):
     self.as_mapping = as_mapping
 
-  def encode(self, text: str) -> list[int]:
+  def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+    del add_special_tokens  # no special tokens around plain text either way
     return list(text.encode("utf-8"))
 
   def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=True, **kwargs):

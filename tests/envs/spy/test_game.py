@@ -271,3 +271,29 @@ def test_item_fields():
   assert item_fields("text", 3) == ("3", "text")
   assert item_fields({"id": "a", "text": "t"}, 0) == ("a", "t")
   assert item_fields(bundled_corpus("math")[0], 0) == ("math-0", bundled_corpus("math")[0].text)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_answer_prefill_starts_every_reply_with_its_format_marker(task):
+  """Replies that only continue the forced marker are parsed as if the model wrote it."""
+  config = SpyGameConfig.for_task(task, rollout_n=2, answer_prefill=True)
+  marker = "\\boxed{Problem:" if task == "math" else "Answer:"
+
+  def player(prompt):
+    assert prompt.endswith(marker)
+    tag = spy_marker_player(prompt, task).split("\\boxed{" if task == "math" else "Answer:")[1]
+    return tag if task != "math" else tag.split("}")[0] + "}"
+
+  def detector(prompt):
+    assert prompt.endswith("\\boxed{")
+    return re.search(r"P(\d+)-SPY", prompt).group(1) + "}"  # the vote's rest, e.g. "3}"
+
+  tokenizer = ByteTokenizer()
+  env, policy, batch = _play(config, bundled_corpus(task)[:2],
+                             ScriptedPolicy(tokenizer, player, detector), tokenizer=tokenizer)
+  for record in batch.records:
+    assert [p["public_status"] for p in record["players"]] == ["ok"] * config.num_players
+    assert [d["vote"] for d in record["detectors"]] == [record["spy"]] * 2
+  # The marker belongs to the prompt: trained tokens are only what the model wrote.
+  for row in batch.trajectories:
+    assert tokenizer.decode(row.prompt_ids).endswith(("Answer:", "\\boxed{Problem:", "\\boxed{"))
