@@ -7,8 +7,10 @@ jitted functions and never constants baked into a compiled program:
   apply(config, params, tokens_BxT, attention_mask_BxT) -> logits_BxTxV
   forward(config, params, tokens_BxT, positions_BxT, kv_mask_BxS, cache, cache_index)
       -> (hidden_BxTxD, cache)            # prefill (and any chunk) with a cache
-  decode_step(...same arguments, T == 1...) -> (hidden_Bx1xD, cache)   # decode loops
   unembed(config, params, hidden_BxTxD) -> logits (float32)
+
+The one-token step of decode loops lives in `rlsvr.model.decode` (same math,
+laid out differently for speed).
 
 Layers are stacked along a leading axis and run under `lax.scan`, so compile
 time does not grow with depth. Attention keeps GQA KV heads un-repeated: queries
@@ -34,11 +36,11 @@ Params = dict[str, Any]
 
 
 class KVCache(NamedTuple):
-  """Preallocated keys and values of every layer.
+  """Preallocated keys and values of every layer, stacked (what the layer scan carries).
 
-  K is stored transposed (head_dim before slots): the decode step's score
-  matmul then reads it in its natural layout, which measured markedly faster
-  on CPU (TOOLCHAIN.md) and costs nothing elsewhere.
+  K is stored transposed (head_dim before slots), like `decode.KVCache`, which
+  a prefill's cache becomes (`decode.from_stacked`): the decode step's score
+  matmul reads it in its natural layout, markedly faster on CPU (TOOLCHAIN.md).
   """
 
   k_LxBxKxDhxS: jax.Array
@@ -129,7 +131,7 @@ class Attention(nnx.Module):
       self.q_norm = RMSNorm(dh, config.rms_norm_eps, dtype)
       self.k_norm = RMSNorm(dh, config.rms_norm_eps, dtype)
 
-  def _qkv(self, x_BxTxD, sin, cos):
+  def qkv(self, x_BxTxD, sin, cos):
     """Projected queries, keys and values, with biases, QK-norm and RoPE applied."""
     cfg = self.config
     q_BxTxHxDh = jnp.einsum("btd,dhk->bthk", x_BxTxD, self.q_proj[...])
@@ -144,7 +146,7 @@ class Attention(nnx.Module):
       k_BxTxKxDh = self.k_norm(k_BxTxKxDh)
     return apply_rope(q_BxTxHxDh, sin, cos), apply_rope(k_BxTxKxDh, sin, cos), v_BxTxKxDh
 
-  def _output(self, out_BxTxHxDh, dtype):
+  def output(self, out_BxTxHxDh, dtype):
     y_BxTxD = jnp.einsum("bthk,hkd->btd", out_BxTxHxDh.astype(dtype), self.o_proj[...])
     if self.config.o_bias:
       y_BxTxD += self.o_bias[...]
@@ -153,7 +155,7 @@ class Attention(nnx.Module):
   def __call__(self, x_BxTxD, sin, cos, mask_BxTxS, cache: KVCache | None, layer, cache_index):
     """Returns (y_BxTxD, cache); with a cache, writes this chunk's K/V of `layer` first."""
     cfg = self.config
-    q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh = self._qkv(x_BxTxD, sin, cos)
+    q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh = self.qkv(x_BxTxD, sin, cos)
 
     k_new_BxKxDhxT = k_BxTxKxDh.transpose(0, 2, 3, 1)
     v_new_BxKxTxDh = v_BxTxKxDh.transpose(0, 2, 1, 3)
@@ -177,38 +179,7 @@ class Attention(nnx.Module):
     probs = jax.nn.softmax(scores, axis=-1).astype(v_BxKxSxDh.dtype)
     out_BxTxKxGxDh = jnp.einsum("bkgts,bksd->btkgd", probs, v_BxKxSxDh)
     out_BxTxHxDh = out_BxTxKxGxDh.reshape(b, t, cfg.num_heads, cfg.head_dim)
-    return self._output(out_BxTxHxDh, x_BxTxD.dtype), cache
-
-  def decode(self, x_Bx1xD, sin, cos, mask_BxS, k_BxKxDhxS, v_BxKxSxDh):
-    """One new token per row against a read-only cache (slots in `mask_BxS`) and itself.
-
-    Returns (y_Bx1xD, k_new_BxKxDh, v_new_BxKxDh) in the cache's dtype, for the
-    caller to write: a cache read as a scan input and written once after all
-    layers is not copied through the layer scan's carry (3x faster per step).
-    """
-    cfg = self.config
-    q_Bx1xHxDh, k_Bx1xKxDh, v_Bx1xKxDh = self._qkv(x_Bx1xD, sin, cos)
-    b, dtype = x_Bx1xD.shape[0], q_Bx1xHxDh.dtype
-    k_new_BxKxDh = k_Bx1xKxDh[:, 0].astype(k_BxKxDhxS.dtype)
-    v_new_BxKxDh = v_Bx1xKxDh[:, 0].astype(v_BxKxSxDh.dtype)
-    q_BxKxGxDh = q_Bx1xHxDh.reshape(b, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim)
-    scale = 1 / math.sqrt(cfg.head_dim)
-    scores_BxKxGxS = jnp.einsum("bkgd,bkds->bkgs", q_BxKxGxDh, k_BxKxDhxS.astype(dtype),
-                                preferred_element_type=jnp.float32) * scale
-    scores_BxKxGxS = jnp.where(mask_BxS[:, None, None], scores_BxKxGxS, jnp.finfo(jnp.float32).min)
-    self_BxKxG = jnp.einsum("bkgd,bkd->bkg", q_BxKxGxDh, k_new_BxKxDh.astype(dtype),
-                            preferred_element_type=jnp.float32) * scale
-    # Softmax over [cache slots, self] without concatenating the two.
-    max_BxKxG = jnp.maximum(jnp.max(scores_BxKxGxS, axis=-1), self_BxKxG)
-    exp_BxKxGxS = jnp.exp(scores_BxKxGxS - max_BxKxG[..., None])
-    exp_self_BxKxG = jnp.exp(self_BxKxG - max_BxKxG)
-    denom_BxKxG = jnp.sum(exp_BxKxGxS, axis=-1) + exp_self_BxKxG
-    out_BxKxGxDh = jnp.einsum("bkgs,bksd->bkgd", exp_BxKxGxS.astype(v_BxKxSxDh.dtype), v_BxKxSxDh,
-                              preferred_element_type=jnp.float32)
-    out_BxKxGxDh += exp_self_BxKxG[..., None] * v_new_BxKxDh[:, :, None].astype(jnp.float32)
-    out_BxKxGxDh /= denom_BxKxG[..., None]
-    out_Bx1xHxDh = out_BxKxGxDh.reshape(b, 1, cfg.num_heads, cfg.head_dim)
-    return self._output(out_Bx1xHxDh, x_Bx1xD.dtype), k_new_BxKxDh, v_new_BxKxDh
+    return self.output(out_BxTxHxDh, x_BxTxD.dtype), cache
 
 
 class MLP(nnx.Module):
@@ -253,13 +224,6 @@ class Block(nnx.Module):
     x_BxTxD = x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD))
     return x_BxTxD, cache
 
-  def decode(self, x_Bx1xD, sin, cos, mask_BxS, k_BxKxDhxS, v_BxKxSxDh):
-    h_Bx1xD, k_new, v_new = self.attn.decode(self.input_norm(x_Bx1xD), sin, cos, mask_BxS,
-                                             k_BxKxDhxS, v_BxKxSxDh)
-    x_Bx1xD = x_Bx1xD + h_Bx1xD
-    x_Bx1xD = x_Bx1xD + self.mlp(self.post_attn_norm(x_Bx1xD))
-    return x_Bx1xD, k_new, v_new
-
 
 class Decoder(nnx.Module):
   """Token embedding, a stack of `Block`s (leading layer axis), final norm, LM head."""
@@ -302,20 +266,6 @@ class Decoder(nnx.Module):
     (x_BxTxD, cache), _ = jax.lax.scan(body, (x_BxTxD, cache), (layer_state, layer_ids))
     return self.final_norm(x_BxTxD), cache
 
-  def decode(self, tokens_Bx1, positions_Bx1, mask_BxS, cache: KVCache):
-    """(hidden_Bx1xD, k_new_LxBxKxDh, v_new_LxBxKxDh); the cache is only read."""
-    x_Bx1xD = jnp.take(self.embed[...], tokens_Bx1, axis=0)
-    sin, cos = rope_tables(self.config, positions_Bx1)
-    layer_def, layer_state = nnx.split(self.layers)
-
-    def body(x, xs):
-      state_l, k_l, v_l = xs
-      x, k_new, v_new = nnx.merge(layer_def, state_l).decode(x, sin, cos, mask_BxS, k_l, v_l)
-      return x, (k_new, v_new)
-
-    x_Bx1xD, (k_new, v_new) = jax.lax.scan(body, x_Bx1xD, (layer_state, *cache))
-    return self.final_norm(x_Bx1xD), k_new, v_new
-
   def unembed(self, h_BxTxD):
     kernel_DxV = self.embed[...].T if self.config.tie_word_embeddings else self.lm_head[...]
     return jnp.einsum("btd,dv->btv", h_BxTxD, kernel_DxV, preferred_element_type=jnp.float32)
@@ -331,7 +281,7 @@ def _graphdef(config: ModelConfig) -> nnx.GraphDef:
   return graphdef
 
 
-def _module(config: ModelConfig, params: Params) -> Decoder:
+def module(config: ModelConfig, params: Params) -> Decoder:
   return nnx.merge(_graphdef(config), params)
 
 
@@ -366,27 +316,13 @@ def forward(config: ModelConfig, params: Params, tokens_BxT, positions_BxT, kv_m
   query_slot_T = cache_index + jnp.arange(t)
   causal_TxS = jnp.arange(s)[None, :] <= query_slot_T[:, None]
   mask_BxTxS = causal_TxS[None] & kv_mask_BxS.astype(bool)[:, None, :]
-  return _module(config, params)(tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index,
-                                  remat)
-
-
-def decode_step(config: ModelConfig, params: Params, tokens_Bx1, positions_Bx1, kv_mask_BxS,
-                cache: KVCache, cache_index):
-  """`forward` of one token per row into `cache` (same contract), faster in decode loops."""
-  earlier_BxS = kv_mask_BxS.astype(bool) & (jnp.arange(cache.max_len) < cache_index)[None]
-  hidden_Bx1xD, k_new_LxBxKxDh, v_new_LxBxKxDh = _module(config, params).decode(
-      tokens_Bx1, positions_Bx1, earlier_BxS, cache)
-  cache = KVCache(
-      jax.lax.dynamic_update_slice(cache.k_LxBxKxDhxS, k_new_LxBxKxDh[..., None],
-                                   (0, 0, 0, 0, cache_index)),
-      jax.lax.dynamic_update_slice(cache.v_LxBxKxSxDh, v_new_LxBxKxDh[..., None, :],
-                                   (0, 0, 0, cache_index, 0)))
-  return hidden_Bx1xD, cache
+  return module(config, params)(tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index,
+                                 remat)
 
 
 def unembed(config: ModelConfig, params: Params, hidden_BxTxD):
   """Float32 logits from final-norm hidden states."""
-  return _module(config, params).unembed(hidden_BxTxD)
+  return module(config, params).unembed(hidden_BxTxD)
 
 
 def apply(config: ModelConfig, params: Params, tokens_BxT, attention_mask_BxT=None):

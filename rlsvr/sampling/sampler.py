@@ -33,7 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from rlsvr.model import decode as decode_lib
 from rlsvr.model import qwen3
+from rlsvr.parallel import to_host
 from rlsvr.model.config import ModelConfig
 from rlsvr.sampling import strategies
 from rlsvr.sampling.completion import Completion
@@ -62,7 +64,7 @@ class Buckets:
 class DecodeState(NamedTuple):
   """Everything the decode loop carries; N = S - P generated-token slots."""
 
-  cache: qwen3.KVCache
+  cache: decode_lib.KVCache
   logits_BxV: jax.Array  # Next-token logits (from the last fed token).
   tokens_BxN: jax.Array
   logprobs_BxN: jax.Array
@@ -90,15 +92,18 @@ def _prefill(params, tokens_BxP, pads_B, done_B, *, config: ModelConfig, new_len
              mesh=None) -> DecodeState:
   b, p = tokens_BxP.shape
   batch_axes = _batch_sharding(mesh, b)
+  heads = None
+  if mesh is not None and config.num_kv_heads % mesh.shape["tensor"] == 0:
+    heads = "tensor"
   cache = qwen3.init_cache(config, b, p + new_len, cache_dtype)
-  if mesh is not None:
-    heads = "tensor" if config.num_kv_heads % mesh.shape["tensor"] == 0 else None
-    cache = qwen3.KVCache(_constrain(cache.k_LxBxKxDhxS, mesh, P(None, batch_axes, heads)),
-                          _constrain(cache.v_LxBxKxSxDh, mesh, P(None, batch_axes, heads)))
+  cache = qwen3.KVCache(*(_constrain(x, mesh, P(None, batch_axes, heads)) for x in cache))
   kv_mask_BxS = jnp.arange(p + new_len)[None, :] >= pads_B[:, None]
   positions_BxP = jnp.maximum(jnp.arange(p)[None, :] - pads_B[:, None], 0)
   hidden_BxPxD, cache = qwen3.forward(config, params, tokens_BxP, positions_BxP, kv_mask_BxS,
                                       cache, 0)
+  # The decode loop keeps one cache array per layer (see `decode`): split once here.
+  cache = jax.tree.map(lambda x: _constrain(x, mesh, P(batch_axes, heads)),
+                       decode_lib.from_stacked(cache))
   # Left padding puts every row's last prompt token in the last column.
   logits_BxV = qwen3.unembed(config, params, hidden_BxPxD[:, -1:])[:, 0]
   return DecodeState(
@@ -119,6 +124,9 @@ def _decode(params, state: DecodeState, stop_at, max_new, sampling: strategies.S
   p = state.cache.max_len - state.tokens_BxN.shape[1]
   s = state.cache.max_len
   kv_mask_BxS = jnp.arange(s)[None, :] >= state.pads_B[:, None]
+  # Sliced once per call, outside the loop: slicing stacked weights inside it copies
+  # every layer's weights on every step.
+  layers = decode_lib.unstack_layers(params)
 
   def cond(st: DecodeState):
     return (st.step < stop_at) & ~jnp.all(st.done_B)
@@ -129,8 +137,8 @@ def _decode(params, state: DecodeState, stop_at, max_new, sampling: strategies.S
     active_B = ~st.done_B
     done_B = st.done_B | jnp.any(tok_B[:, None] == eos_E[None, :], axis=-1) | (i + 1 >= max_new)
     positions_Bx1 = (p - st.pads_B + i)[:, None]
-    hidden_Bx1xD, cache = qwen3.decode_step(config, params, tok_B[:, None], positions_Bx1,
-                                            kv_mask_BxS, st.cache, p + i)
+    hidden_Bx1xD, cache = decode_lib.decode_step(config, params, tok_B[:, None], positions_Bx1,
+                                                 kv_mask_BxS, st.cache, p + i, layers)
     return DecodeState(
         cache=cache,
         logits_BxV=qwen3.unembed(config, params, hidden_Bx1xD)[:, 0],
@@ -251,9 +259,9 @@ class Sampler:
     while True:
       state = _decode(params, state, jnp.minimum(state.step + chunk, max_new_tokens),
                       jnp.int32(max_new_tokens), sampling, eos_E, key, config=self.config)
-      step, done_B = int(state.step), np.array(state.done_B)
+      step, done_B = int(state.step), np.array(to_host(state.done_B))
       if stops:
-        tokens_BxN, lengths_B = np.asarray(state.tokens_BxN), np.asarray(state.lengths_B)
+        tokens_BxN, lengths_B = to_host((state.tokens_BxN, state.lengths_B))
         for row in range(n):
           if row in stopped or lengths_B[row] <= checked[row]:
             continue
@@ -269,9 +277,9 @@ class Sampler:
 
   @staticmethod
   def _completions(state: DecodeState, n: int, eos_ids, stopped) -> list[Completion]:
-    tokens_BxN = np.asarray(state.tokens_BxN)
-    logprobs_BxN = np.asarray(state.logprobs_BxN)
-    lengths_B = np.asarray(state.lengths_B)
+    # Every process fetches all rows: the host-side game logic runs on each of them.
+    tokens_BxN, logprobs_BxN, lengths_B = to_host(
+        (state.tokens_BxN, state.logprobs_BxN, state.lengths_B))
     out = []
     for row in range(n):
       length = stopped.get(row, int(lengths_B[row]))

@@ -69,26 +69,6 @@ def test_cache_prefill_and_decode_equal_full_forward(tiny_qwen3):
   np.testing.assert_allclose(logits[real], full[real], atol=2e-5, rtol=0)
 
 
-def test_decode_step_equals_forward_one_token_at_a_time(tiny_qwen3):
-  _, config, params = tiny_qwen3
-  tokens, mask = left_padded([40, 25], config.vocab_size, seed=5)
-  prompt_len, max_len = 30, 48
-  kv_mask = np.concatenate([mask, np.ones((2, max_len - mask.shape[1]), np.int64)], axis=1)
-  positions = np.asarray(qwen3.positions_from_mask(mask))
-  fwd = jax.jit(qwen3.forward, static_argnums=0)
-  step = jax.jit(qwen3.decode_step, static_argnums=0)
-  _, cache = fwd(config, params, tokens[:, :prompt_len], positions[:, :prompt_len], kv_mask,
-                 qwen3.init_cache(config, 2, max_len), 0)
-  ref_cache = cache
-  for t in range(prompt_len, tokens.shape[1]):
-    args = (tokens[:, t:t + 1], positions[:, t:t + 1], kv_mask)
-    h, cache = step(config, params, *args, cache, t)
-    h_ref, ref_cache = fwd(config, params, *args, ref_cache, t)
-    np.testing.assert_allclose(h, h_ref, atol=2e-5, rtol=0)
-  np.testing.assert_allclose(cache.k_LxBxKxDhxS, ref_cache.k_LxBxKxDhxS, atol=1e-5)
-  np.testing.assert_allclose(cache.v_LxBxKxSxDh, ref_cache.v_LxBxKxSxDh, atol=1e-5)
-
-
 def test_bf16_params_track_float32(tiny_qwen3):
   _, config, params = tiny_qwen3
   tokens, mask = left_padded([64, 50], config.vocab_size, seed=4)
