@@ -34,6 +34,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.sampling.temperature = 1.0  # 0 is greedy. Traced: changing it does not recompile.
   c.sampling.top_p = 1.0  # Nucleus sampling mass.
   c.sampling.top_k = 0  # 0 disables top-k.
+  # Rows per compiled sampler call (0: all of a call at once); longer lists run in slices.
+  # Bounds the KV cache, which at long prompts is what decides whether sampling fits.
+  c.sampling.max_rows = 0
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.lr = 1e-6  # AdamW learning rate (paper).

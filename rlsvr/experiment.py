@@ -46,11 +46,16 @@ class _Items:
     return list(itertools.islice(self._stream, self.per_step))
 
 
+def call_sampling(c) -> dict[str, Any]:
+  """The per-call sampling arguments (temperature, top_p, top_k) of `c.sampling`."""
+  return {k: v for k, v in c.sampling.items() if k != "max_rows"}
+
+
 def spy_game_config(c):
   from rlsvr.envs.spy.config import SpyGameConfig  # noqa: PLC0415
 
   fields = {k: v for k, v in c.spy.items() if k != "games_per_step"}
-  return SpyGameConfig(**fields, sampling=dict(c.sampling))
+  return SpyGameConfig(**fields, sampling=call_sampling(c))
 
 
 def self_judge_config(c):
@@ -58,7 +63,7 @@ def self_judge_config(c):
 
   fields = {k: v for k, v in c.rlsr.items() if k != "problems_per_step"}
   judge_sampling = dict(temperature=c.judge.temperature, top_p=1.0, top_k=0)
-  return SelfJudgeConfig(**fields, sampling=dict(c.sampling), judge_sampling=judge_sampling)
+  return SelfJudgeConfig(**fields, sampling=call_sampling(c), judge_sampling=judge_sampling)
 
 
 def check(c) -> None:
@@ -155,7 +160,8 @@ class SelfJudgeExperiment:
           seed=c.seed, tokenizer=c.judge.tokenizer)
     else:
       jconfig, jtok, self.judge_params = model_config, tokenizer, initial_params
-    self.judge_sampler = Sampler(jconfig, eos_ids=[jtok.eos_token_id], tokenizer=jtok)
+    self.judge_sampler = Sampler(jconfig, eos_ids=[jtok.eos_token_id], tokenizer=jtok,
+                                 max_rows=c.sampling.max_rows)
     self.env = SelfJudgeEnv(cfg, tokenizer, judge_tokenizer=jtok)
     self.items = _Items(rlsr_problems(c), c.rlsr.problems_per_step, c.seed)
 

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rlsvr.model import attention
 from rlsvr.model.config import ModelConfig
 
 Params = dict[str, Any]
@@ -152,9 +153,8 @@ class Attention(nnx.Module):
       y_BxTxD += self.o_bias[...]
     return y_BxTxD
 
-  def __call__(self, x_BxTxD, sin, cos, mask_BxTxS, cache: KVCache | None, layer, cache_index):
+  def __call__(self, x_BxTxD, sin, cos, kv_valid_BxS, cache: KVCache | None, layer, cache_index):
     """Returns (y_BxTxD, cache); with a cache, writes this chunk's K/V of `layer` first."""
-    cfg = self.config
     q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh = self.qkv(x_BxTxD, sin, cos)
 
     k_new_BxKxDhxT = k_BxTxKxDh.transpose(0, 2, 3, 1)
@@ -171,14 +171,8 @@ class Attention(nnx.Module):
       cache = KVCache(k_all, v_all)
       k_BxKxDhxS, v_BxKxSxDh = k_all[layer], v_all[layer]
 
-    b, t = x_BxTxD.shape[:2]
-    q_BxTxKxGxDh = q_BxTxHxDh.reshape(b, t, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim)
-    scores = jnp.einsum("btkgd,bkds->bkgts", q_BxTxKxGxDh, k_BxKxDhxS.astype(q_BxTxHxDh.dtype),
-                        preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
-    scores = jnp.where(mask_BxTxS[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v_BxKxSxDh.dtype)
-    out_BxTxKxGxDh = jnp.einsum("bkgts,bksd->btkgd", probs, v_BxKxSxDh)
-    out_BxTxHxDh = out_BxTxKxGxDh.reshape(b, t, cfg.num_heads, cfg.head_dim)
+    out_BxTxHxDh = attention.attend(q_BxTxHxDh, k_BxKxDhxS, v_BxKxSxDh, kv_valid_BxS,
+                                   cache_index + jnp.arange(x_BxTxD.shape[1]))
     return self.output(out_BxTxHxDh, x_BxTxD.dtype), cache
 
 
@@ -217,8 +211,8 @@ class Block(nnx.Module):
     self.post_attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
     self.mlp = MLP(config, dtype, rngs)
 
-  def __call__(self, x_BxTxD, sin, cos, mask_BxTxS, cache, layer, cache_index):
-    h_BxTxD, cache = self.attn(self.input_norm(x_BxTxD), sin, cos, mask_BxTxS, cache, layer,
+  def __call__(self, x_BxTxD, sin, cos, kv_valid_BxS, cache, layer, cache_index):
+    h_BxTxD, cache = self.attn(self.input_norm(x_BxTxD), sin, cos, kv_valid_BxS, cache, layer,
                                cache_index)
     x_BxTxD = x_BxTxD + h_BxTxD
     x_BxTxD = x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD))
@@ -243,7 +237,7 @@ class Decoder(nnx.Module):
     if not config.tie_word_embeddings:
       self.lm_head = nnx.Param(_normal(rngs, (d, v), dtype, d))
 
-  def __call__(self, tokens_BxT, positions_BxT, mask_BxTxS, cache: KVCache | None,
+  def __call__(self, tokens_BxT, positions_BxT, kv_valid_BxS, cache: KVCache | None,
                cache_index, remat: bool = False):
     x_BxTxD = jnp.take(self.embed[...], tokens_BxT, axis=0)
     sin, cos = rope_tables(self.config, positions_BxT)
@@ -254,7 +248,8 @@ class Decoder(nnx.Module):
     def body(carry, xs):
       x, cache = carry
       state_l, layer = xs
-      x, cache = nnx.merge(layer_def, state_l)(x, sin, cos, mask_BxTxS, cache, layer, cache_index)
+      x, cache = nnx.merge(layer_def, state_l)(x, sin, cos, kv_valid_BxS, cache, layer,
+                                               cache_index)
       return (x, cache), None
 
     if remat:
@@ -309,14 +304,10 @@ def forward(config: ModelConfig, params: Params, tokens_BxT, positions_BxT, kv_m
   at slot s attends to the slots s' <= s whose `kv_mask_BxS` is true (mask out
   left padding there). Without a cache, S == T and the chunk attends to itself.
   `remat=True` recomputes each layer in the backward pass (training memory).
-  Returns (hidden_BxTxD, cache).
+  Attention runs in query blocks (`attention.attend`): no T x S mask or score
+  matrix of the whole chunk is ever materialised. Returns (hidden_BxTxD, cache).
   """
-  t = tokens_BxT.shape[1]
-  s = t if cache is None else cache.max_len
-  query_slot_T = cache_index + jnp.arange(t)
-  causal_TxS = jnp.arange(s)[None, :] <= query_slot_T[:, None]
-  mask_BxTxS = causal_TxS[None] & kv_mask_BxS.astype(bool)[:, None, :]
-  return module(config, params)(tokens_BxT, positions_BxT, mask_BxTxS, cache, cache_index,
+  return module(config, params)(tokens_BxT, positions_BxT, kv_mask_BxS, cache, cache_index,
                                  remat)
 
 

@@ -143,8 +143,8 @@ def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Para
   # (A jitted identity, not device_put: in a multi-process run device_put cannot move a
   # process-local key onto other processes' devices.)
   commit = lambda tree: jax.tree.map(
-      lambda x: x if isinstance(x, jax.Array) and x.ndim else jax.jit(
-          lambda y: y, out_shardings=replicated)(x), tree)
+      lambda x: jax.device_put(x, x.sharding) if isinstance(x, jax.Array) and x.ndim else
+      jax.jit(lambda y: y, out_shardings=replicated)(x), tree)
   return TrainState(step=commit(jnp.zeros((), jnp.int32)), params=commit(stored),
                     opt_state=commit(opt_state), rng=commit(jax.random.key(seed)),
                     ref_params=commit(ref), env_state=commit(dict(env_state or {})),

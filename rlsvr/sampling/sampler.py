@@ -43,6 +43,10 @@ from rlsvr.sampling.stop import StopStrings
 
 _MAX_EOS_IDS = 8  # EOS ids travel as a fixed-size traced array, padded with -1.
 _POW2 = tuple(2**i for i in range(21))
+# Long prompts (the spy detectors read a whole document and every player's output) in
+# steps of 4096 above 8192: a power of two would pad a 40k-token prompt to 64k, and
+# the KV cache and prefill grow with the padded length.
+_PROMPTS = tuple(b for b in _POW2 if 16 <= b <= 8192) + tuple(range(12288, 2**20 + 1, 4096))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +54,7 @@ class Buckets:
   """Allowed padded sizes; a size is rounded up to the smallest bucket >= it."""
 
   batch: tuple[int, ...] = _POW2
-  prompt: tuple[int, ...] = tuple(b for b in _POW2 if b >= 16)
+  prompt: tuple[int, ...] = _PROMPTS
   new_tokens: tuple[int, ...] = tuple(b for b in _POW2 if b >= 16)
 
   @staticmethod
@@ -178,7 +182,13 @@ class Sampler:
 
   def __init__(self, config: ModelConfig, *, eos_ids: Sequence[int] = (),
                stop_strings: Sequence[str] = (), tokenizer=None, seed: int = 0,
-               buckets: Buckets = Buckets(), chunk_size: int = 32, cache_dtype=None):
+               buckets: Buckets = Buckets(), chunk_size: int = 32, cache_dtype=None,
+               max_rows: int = 0):
+    """`max_rows` > 0 samples longer prompt lists in consecutive slices of that many rows:
+    the KV cache of one slice, not of the whole list, must fit (`python -m rlsvr.plan`)."""
+    if max_rows < 0:
+      raise ValueError(f"max_rows must be >= 0, got {max_rows}")
+    self.max_rows = max_rows
     self.config = config
     self.eos_ids = tuple(eos_ids)
     self.stop_strings = tuple(stop_strings)
@@ -201,10 +211,15 @@ class Sampler:
       self._key, key = jax.random.split(self._key)
     else:
       key = jax.random.split(jax.random.key(seed))[1]
-    return self._generate(params, prompts, key, max_new_tokens,
-                          strategies.SamplingParams.make(temperature, top_p, top_k),
-                          self.eos_ids if eos_ids is None else tuple(eos_ids),
-                          self.stop_strings if stop_strings is None else tuple(stop_strings))
+    args = (max_new_tokens, strategies.SamplingParams.make(temperature, top_p, top_k),
+            self.eos_ids if eos_ids is None else tuple(eos_ids),
+            self.stop_strings if stop_strings is None else tuple(stop_strings))
+    rows = self.max_rows or max(len(prompts), 1)
+    if len(prompts) <= rows:
+      return self._generate(params, prompts, key, *args)
+    return [c for i, start in enumerate(range(0, len(prompts), rows))
+            for c in self._generate(params, prompts[start:start + rows],
+                                    jax.random.fold_in(key, i), *args)]
 
   def continue_conversations(self, params, histories: Sequence[Sequence[int]],
                              new_turns: Sequence[Sequence[int]], **sampling: Any

@@ -198,3 +198,21 @@ def test_invalid_requests_are_refused(tiny, kwargs, match):
   call = dict(prompts=[[1, 2]], max_new_tokens=4) | kwargs
   with pytest.raises(ValueError, match=match):
     generate(config, params, call.pop("prompts"), **call)
+
+
+def test_max_rows_samples_in_slices_with_the_same_greedy_output(tiny, prompts, greedy):
+  _, config, params = tiny
+  sampler = Sampler(config, max_rows=2)  # Batch bucket 2: the multi-turn test's.
+  out = sampler(params, prompts, max_new_tokens=NEW, temperature=0.0)
+  assert [c.ids for c in out] == [c.ids for c in greedy]
+  sampled = [sampler(params, prompts, max_new_tokens=8, seed=3) for _ in range(2)]
+  assert sampled[0] == sampled[1]  # a fixed seed fixes every slice's key
+  assert sampler(params, prompts, max_new_tokens=8, seed=4) != sampled[0]
+  with pytest.raises(ValueError, match="max_rows"):
+    Sampler(config, max_rows=-1)
+
+
+def test_long_prompts_are_padded_to_4096_steps_not_powers_of_two():
+  pick = lambda n: Buckets.pick(n, Buckets().prompt, "prompt length")
+  assert [pick(n) for n in (5, 100, 8192, 8193, 12289, 39296)] == [16, 128, 8192, 12288, 16384,
+                                                                     40960]
