@@ -11,14 +11,15 @@ state + the largest phase (a sampler call, a train step, the update). Exit statu
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import os
 from typing import Any
 
+from rlsvr.model.attention import DEFAULT_BLOCK
 from rlsvr.model.config import PRESETS, ModelConfig, preset
+from rlsvr.plan_costs import (MESH_AXES, Component, Estimates, batch_bucket, calls_and_steps,
+                              param_bytes, sample_phase, train_activations)
 
-MESH_AXES = ("data", "fsdp", "tensor")  # As rlsvr.parallel (not imported here: it imports jax).
 GIB = 2**30
 _ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Memory of one device as the runtime reports it (MiB), and the share JAX may use by default
@@ -83,51 +84,6 @@ def mesh_sizes(shape: dict[str, int] | None, num_devices: int) -> dict[str, int]
   return sizes
 
 
-@functools.lru_cache(maxsize=None)
-def _param_elems(config: ModelConfig, sizes: tuple[int, ...]) -> dict[str, int]:
-  """Per-device parameter elements by sharding axes ("" = replicated), by `parallel.spec_for`."""
-  import jax  # noqa: PLC0415
-  from rlsvr import parallel  # noqa: PLC0415
-  from rlsvr.model import hf, qwen3  # noqa: PLC0415
-
-  mesh, elems = jax.sharding.AbstractMesh(sizes, MESH_AXES), {}
-  for path, leaf in hf.flatten(qwen3.abstract_params(config)).items():
-    spec = parallel.spec_for(path, leaf.shape, mesh)
-    axes = [a for entry in spec if entry for a in (entry if isinstance(entry, tuple) else (entry,))]
-    key = "·".join(f"{a}{mesh.shape[a]}" for a in axes)
-    elems[key] = elems.get(key, 0) + leaf.size // math.prod(mesh.shape[a] for a in axes)
-  return elems
-
-
-def param_bytes(config: ModelConfig, sizes: dict[str, int], itemsize: int) -> tuple[int, str]:
-  """Per-device bytes of one copy of the parameters, and how they are sharded."""
-  elems = _param_elems(config, tuple(sizes[a] for a in MESH_AXES))
-  total = sum(elems.values())
-  return total * itemsize, ", ".join(f"{axes or 'replicated'} {100 * n / total:.3g}%" for axes, n
-                                     in sorted(elems.items(), key=lambda kv: -kv[1]))
-
-
-@dataclasses.dataclass(frozen=True)
-class Estimates:
-  """Assumptions behind the prompt lengths; every one is printed with the plan."""
-
-  tokens_per_word: float = 1.4  # English prose under the Qwen / Llama tokenizers.
-  template_tokens: int = 512  # Instructions and chat template around a prompt's content.
-  output_tokens: int = 0  # A spy player's public output in later prompts; 0: the max length.
-  prompt_tokens: tuple[tuple[str, int], ...] = ()  # Overrides per sampler call, by name.
-  # The train batch is laid over data x fsdp; a host numpy batch is not (XLA then keeps
-  batch_split: bool = True  # nearly the whole micro-batch's activations on every device).
-
-
-@dataclasses.dataclass(frozen=True)
-class Component:
-  phase: str  # "resident" (always held) or the phase it belongs to.
-  name: str
-  bytes: int  # Per device.
-  sharding: str
-  estimate: bool = False
-
-
 @dataclasses.dataclass(frozen=True)
 class MemoryPlan:
   """Per-device memory of a config on a mesh; `fits` is None when the memory is unknown."""
@@ -181,89 +137,6 @@ class MemoryPlan:
     return "\n".join(lines + ["assumptions:"] + [f"  - {a}" for a in self.assumptions])
 
 
-def _bucket(n: int, minimum: int = 16) -> int:  # The sampler's and build_batch's buckets.
-  return max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
-
-
-def _split(n: int, size: int) -> int:  # A dimension is split only when the axis divides it.
-  return n // size if size > 1 and n % size == 0 else n
-
-
-def _calls_and_steps(c, est: Estimates, notes: list[str]):
-  """Sampler calls (name, rows, prompt tokens, new tokens, judge?) and train phases
-  (name, rows, the calls whose prompts it trains on, completion tokens) of a step of `c`."""
-  if c.env == "spy":
-    s = c.spy
-    out = min(est.output_tokens or s.player_max_new_tokens, s.player_max_new_tokens)
-    doc = math.ceil(s.truncate_words * est.tokens_per_word)
-    seq = s.variant == "sequential"
-    earlier = ((s.num_players - 1) * out if seq else 0) + (s.rounds - 1) * s.num_players * out
-    player_p = est.template_tokens + doc + earlier
-    detector_p = est.template_tokens + doc + s.rounds * s.num_players * out
-    notes.append(f"spy prompts: document = truncate_words {s.truncate_words} x "
-                 f"{est.tokens_per_word} tokens/word = {doc}; template {est.template_tokens}; "
-                 f"public output {out} tokens per player (--output_tokens)")
-    calls = [("players", s.games_per_step * (1 if seq else s.num_players), player_p,
-              s.player_max_new_tokens, False), ("detectors", s.games_per_step * s.rollout_n,
-                                                detector_p, s.detector_max_new_tokens, False)]
-    clue = ("clue", s.games_per_step * s.num_players * s.rounds, ("players",),
-            s.player_max_new_tokens)
-    decide = ("decision", s.games_per_step * s.rollout_n, ("detectors",), s.detector_max_new_tokens)
-    if s.joint:
-      steps = [("joint", clue[1] + decide[1], ("players", "detectors"), max(clue[3], decide[3]))]
-    else:
-      phase = "clue" if s.variant == "no_spy" else s.training_phase
-      steps = [st for st in (clue, decide) if phase in ("interactive", st[0])]
-    return calls, steps
-  r = c.rlsr
-  rows = r.problems_per_step * r.group_size
-  judge_p = est.template_tokens + r.policy_max_new_tokens
-  notes.append(f"rlsr prompts: policy = template {est.template_tokens}; judge = template + a "
-               f"whole response ({r.policy_max_new_tokens}: one answer without <answer> suffices)")
-  calls = [("policy", rows, est.template_tokens, r.policy_max_new_tokens, False),
-           ("judge", rows, judge_p, r.judge_max_new_tokens, True)]
-  return calls, [("policy", rows, ("policy",), r.policy_max_new_tokens)]
-
-
-def _layer_terms(m: ModelConfig, t: int):
-  """Per-token, per-layer activation elements (linear part) and attended heads, on tensor=t."""
-  h, k, f = _split(m.num_heads, t), _split(m.num_kv_heads, t), _split(m.intermediate_size, t)
-  return 4 * m.hidden_size + 4 * h * m.head_dim + 6 * k * m.head_dim + 4 * f, h
-
-
-def _train_activations(m: ModelConfig, rows: int, seq: int, completion: int, cb: int, *,
-                       remat: bool, t: int, chunk: int) -> int:
-  """Estimated activation bytes of one micro-batch's forward + backward on one device.
-
-  Attention is materialised: a layer keeps fp32 softmax + compute-dtype probs (rows x H x
-  T x T), its backward two fp32 cotangents of them. Remat keeps only layer inputs. The KL
-  reference forward runs layer by layer before the backward: no extra peak.
-  """
-  lin, heads = _layer_terms(m, t)
-  saved = rows * seq * (lin * cb + heads * seq * (4 + cb))
-  work = saved + rows * seq * (lin * cb + heads * seq * 8)  # One layer's backward.
-  layers = m.num_layers * rows * seq * m.hidden_size * cb if remat else m.num_layers * saved
-  logits = 4 * rows * chunk * _split(m.vocab_size, t) + rows * (completion + 1) * m.hidden_size
-  return layers + work + 4 * logits  # Four fp32 logit chunks alive; fp32 hidden window.
-
-
-def _sample_phase(name, rows, prompt, new, m: ModelConfig, pb: int, nb: int, t: int,
-                  gathered: int) -> list[Component]:
-  """One sampler call: its KV cache (exact) and its prefill's largest layer (estimate)."""
-  b, p, n = _bucket(rows, 1), _bucket(prompt), _bucket(new)
-  bd, kd = (b // nb if nb > 1 and b % nb == 0 else b), _split(m.num_kv_heads, t)
-  how = (f"batch/{nb} (data·fsdp)" if bd < b else "batch whole") + (
-      f", kv heads/{t}" if kd < m.num_kv_heads else "")
-  phase = f"sample: {name} (B={b}, P={p}, N={n})"
-  lin, heads = _layer_terms(m, t)
-  gather = [Component(phase, "FSDP-gathered embedding + one layer", gathered * pb, "whole", True)]
-  return [Component(phase, f"KV cache 2 x L{m.num_layers} x B x K x Dh x S",
-                    2 * m.num_layers * bd * kd * m.head_dim * (p + n) * pb, how),
-          Component(phase, "prefill: one layer, attention scores B x H x P x S",
-                    bd * p * (lin * pb + heads * (p + n) * (8 + pb) + 2 * m.hidden_size * 4),
-                    how, estimate=True)] + (gather if gathered else [])
-
-
 def plan(c, num_devices: int, device_memory_bytes: int | None = None,
          estimates: Estimates = Estimates()) -> MemoryPlan:
   """The per-device memory plan of config `c` on `num_devices` devices (none needed here)."""
@@ -291,22 +164,22 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
   gathered = embed + (n_params - embed) // m.num_layers if nb * t > 1 else 0
 
   notes: list[str] = []
-  calls, steps = _calls_and_steps(c, estimates, notes)
+  calls, steps = calls_and_steps(c, estimates, notes)
   overrides = dict(estimates.prompt_tokens)
   if set(overrides) - {call[0] for call in calls}:
     raise ValueError(f"--prompt_tokens names {sorted(overrides)}; calls: {[x[0] for x in calls]}")
   prompt_len = {name: overrides.get(name, p) for name, _, p, _, _ in calls}
   for name, rows, _, new, is_judge in calls:
     mm = (judge_m or m) if is_judge else m
-    comps += _sample_phase(name, rows, prompt_len[name], new, mm, pb, nb, t,
-                           gathered if mm is m else 0)
+    comps += sample_phase(name, rows, prompt_len[name], new, mm, pb, nb, t,
+                          gathered if mm is m else 0, c.sampling.max_rows, DEFAULT_BLOCK)
   mb_cfg = c.grpo.micro_batch_size
   for name, rows, prompts_of, new in steps:
-    p, cl = _bucket(max(prompt_len[call] for call in prompts_of)), _bucket(new)
+    p, cl = batch_bucket(max(prompt_len[call] for call in prompts_of)), batch_bucket(new)
     multiple = math.lcm(mb_cfg, nb) if mb_cfg else nb
     b = -(-rows // multiple) * multiple
     mb = mb_cfg or b
-    rd = mb // nb if mb % nb == 0 and estimates.batch_split else mb
+    rd = mb // nb if mb % nb == 0 else mb
     phase = f"train: {name} ({b} rows, micro-batch {mb}, T={p}+{cl})"
     chunk = c.grpo.get("logits_chunk", 0) or chunk_len(mb, cl + 1, m.vocab_size)
     comps += [Component(phase, "FSDP-gathered embedding + one layer, and their grads",
@@ -315,19 +188,18 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
         Component(phase, "gradient accumulator (float32)", f32_bytes, how),
         Component(phase, f"micro-batch gradients ({c.model.dtype})", p_bytes, how),
         Component(phase, f"activations, {rd} rows, remat={c.grpo.remat}",
-                  _train_activations(m, rd, p + cl, cl, pb, remat=c.grpo.remat, t=t, chunk=chunk),
+                  train_activations(m, rd, p + cl, cl, pb, remat=c.grpo.remat, t=t, chunk=chunk,
+                                    block=DEFAULT_BLOCK),
                   f"rows/{nb} (data·fsdp)" if rd < mb else "micro-batch whole", estimate=True),
         Component(phase, "batch arrays (host numpy: whole) + micro split",
                   2 * b * (2 * (p + cl) + 2 * cl) * 4, "whole", estimate=True)]
   comps.append(Component("optimizer update", "gradients + fp32 params + updates (float32)",
                          3 * f32_bytes, how, estimate=True))
-  notes += [("train batch split over data·fsdp: the trainer must place it so (a host numpy batch "
-             "is not split; --nobatch_split plans that)") if estimates.batch_split else
-            "train batch not split: every device holds the whole micro-batch's activations",
-            f"prompt tokens per call before bucketing: {prompt_len} (--prompt_tokens=name=N)",
-            "buckets: next power of two (batch, prompt >= 16, new tokens >= 16), as the sampler",
+  notes += [f"prompt tokens per call before bucketing: {prompt_len} (--prompt_tokens=name=N)",
+            "buckets as the sampler's and the train batch's; train rows split over data·fsdp",
             "params, optimizer state, KV caches: exact for these shapes; activations: estimates "
-            "(attention materialised; 1.1-1.4x XLA's CPU buffer sizes for fp32 on one device)"]
+            f"(attention in blocks of {DEFAULT_BLOCK} queries; before blocking the estimates "
+            "were 1.1-1.4x XLA's CPU buffer sizes for fp32 on one device)"]
   header = (f"{c.model.source}: {n_params / 1e9:.2f}B params, {c.model.dtype}, L{m.num_layers} "
             f"D{m.hidden_size} H{m.num_heads} K{m.num_kv_heads} V{m.vocab_size}\nmesh {sizes} "
             f"({math.prod(sizes.values())} of {num_devices} devices)")
@@ -373,7 +245,7 @@ def main(argv: Any) -> None:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   f = flags.FLAGS
   est = Estimates(f.tokens_per_word, f.template_tokens, f.output_tokens, tuple(
-      (k, int(v)) for k, v in (kv.split("=") for kv in f.prompt_tokens)), f.batch_split)
+      (k, int(v)) for k, v in (kv.split("=") for kv in f.prompt_tokens)))
   num_devices = f.devices or __import__("jax").device_count()
   result = plan(f.config, num_devices, usable_memory(f.device, f.device_memory_gb, f.mem_fraction),
                 est)
@@ -394,6 +266,5 @@ if __name__ == "__main__":
   flags.DEFINE_integer("template_tokens", Estimates.template_tokens, "Prompt template tokens.")
   flags.DEFINE_integer("output_tokens", 0, "Spy: public output tokens per player (0: max).")
   flags.DEFINE_list("prompt_tokens", [], "Prompt tokens per sampler call, e.g. detectors=9000.")
-  flags.DEFINE_bool("batch_split", True, "The train batch is split over data x fsdp.")
   flags.mark_flag_as_required("config")
   app.run(main)

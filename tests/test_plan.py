@@ -1,13 +1,11 @@
 """The memory planner: exact arithmetic on small configs, the verdict, the CLI."""
-import math
 import os
 import subprocess
 import sys
 
 import pytest
 
-from rlsvr import parallel, plan
-from rlsvr.model import hf, qwen3
+from rlsvr import parallel, plan, plan_costs
 from rlsvr.model.sources import TINY_QWEN3
 
 GIB = 2**30
@@ -42,34 +40,9 @@ def test_mesh_sizes_refuse_impossible_meshes():
     plan.mesh_sizes({"fsdp": 3, "tensor": -1}, 8)
 
 
-def test_param_bytes_exact_by_hand():
-  m = TINY_QWEN3  # V151936 D64 F128 L2 H4 K2 Dh16, tied embeddings.
-  v, d, f, l, h, k, dh = 151936, 64, 128, 2, 4, 2, 16
-  norms = d + 2 * l * d + 2 * l * dh  # final, input, post-attention; q and k norms.
-  assert m.num_params() == v * d + l * (2 * d * h * dh + 2 * d * k * dh + 3 * d * f) + norms
-  one = {"data": 1, "fsdp": 1, "tensor": 1}
-  assert plan.param_bytes(m, one, 4)[0] == m.num_params() * 4
-  # fsdp=8 splits the hidden dimension of every matrix; the norms stay whole.
-  fsdp, how = plan.param_bytes(m, {"data": 1, "fsdp": 8, "tensor": 1}, 2)
-  assert fsdp == ((m.num_params() - norms) // 8 + norms) * 2
-  assert how.startswith("fsdp8")
-  # tensor=8: vocabulary and MLP units split; 4 query / 2 KV heads cannot be: replicated.
-  tensor, _ = plan.param_bytes(m, {"data": 1, "fsdp": 1, "tensor": 8}, 4)
-  assert tensor == (v * d // 8 + l * 3 * d * f // 8 + l * (2 * d * h * dh + 2 * d * k * dh)
-                    + norms) * 4
-
-
-def test_param_bytes_match_jax_shard_shapes_on_a_real_mesh():
-  mesh = parallel.make_mesh({"fsdp": 2, "tensor": 4})
-  shardings = parallel.param_shardings(TINY_QWEN3, mesh)
-  per_device = sum(math.prod(shardings[path].shard_shape(leaf.shape)) * 4
-                   for path, leaf in hf.flatten(qwen3.abstract_params(TINY_QWEN3)).items())
-  assert plan.param_bytes(TINY_QWEN3, dict(mesh.shape), 4)[0] == per_device
-
-
 def test_resident_state_and_kv_cache_by_hand():
   m = TINY_QWEN3
-  est = plan.Estimates(prompt_tokens=(("players", 100), ("detectors", 300)))
+  est = plan_costs.Estimates(prompt_tokens=(("players", 100), ("detectors", 300)))
   result = plan.plan(smoke(), 1, 16 * GIB, est)  # fp32, one device, kl_coef 0.001.
   n = m.num_params()
   assert component(result, "resident", "params").bytes == 4 * n
@@ -87,23 +60,13 @@ def test_resident_state_and_kv_cache_by_hand():
 
 
 def test_kv_cache_sharded_over_batch_and_heads():
-  est = plan.Estimates(prompt_tokens=(("players", 100),))
+  est = plan_costs.Estimates(prompt_tokens=(("players", 100),))
   c = smoke(data=1, fsdp=4, tensor=2)
   c.spy.games_per_step = 8  # 32 player rows: 8 per data shard; 2 KV heads over tensor=2.
   kv = component(plan.plan(c, 8, None, est), "sample: players", "KV cache")
   m = TINY_QWEN3
   assert kv.bytes == 2 * m.num_layers * (32 // 4) * (2 // 2) * m.head_dim * (128 + 16) * 4
   assert kv.sharding == "batch/4 (data·fsdp), kv heads/2"
-
-
-def test_activation_estimates_respond_to_remat_and_micro_batches():
-  def act(**grpo):
-    c = smoke()
-    c.grpo.update(grpo)
-    return component(plan.plan(c, 1), "train: clue", "activations").bytes
-
-  assert act(remat=True) < act(remat=False)
-  assert act(micro_batch_size=2) < act(micro_batch_size=8)
 
 
 def test_qwen3_8b_and_hub_names_resolve_offline():

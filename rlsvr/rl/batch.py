@@ -24,8 +24,14 @@ from rlsvr.envs.base import Trajectory
 from rlsvr.rl import grpo
 
 
+LONG_STEP = 4096  # Above 2 * LONG_STEP lengths round up to multiples of this, not powers of two.
+
+
 def bucket(n: int, minimum: int = 16) -> int:
-  """The smallest power of two >= max(n, minimum)."""
+  """The smallest power of two >= max(n, minimum), or above 8192 the next multiple of 4096:
+  the sampler's prompt buckets. A 40k-token detection prompt pads to 40960, not 65536."""
+  if n > 2 * LONG_STEP:
+    return -(-n // LONG_STEP) * LONG_STEP
   size = max(minimum, 1)
   while size < n:
     size *= 2

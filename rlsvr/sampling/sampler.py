@@ -44,8 +44,8 @@ from rlsvr.sampling.stop import StopStrings
 _MAX_EOS_IDS = 8  # EOS ids travel as a fixed-size traced array, padded with -1.
 _POW2 = tuple(2**i for i in range(21))
 # Long prompts (the spy detectors read a whole document and every player's output) in
-# steps of 4096 above 8192: a power of two would pad a 40k-token prompt to 64k, and
-# the KV cache and prefill grow with the padded length.
+# steps of 4096 above 8192, as the train batch (`rl.batch.bucket`): a power of two would
+# pad a 40k-token prompt to 64k, and the KV cache and prefill grow with the padded length.
 _PROMPTS = tuple(b for b in _POW2 if 16 <= b <= 8192) + tuple(range(12288, 2**20 + 1, 4096))
 
 

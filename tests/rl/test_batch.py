@@ -23,6 +23,11 @@ ROWS = [
 def test_bucket():
   assert [bucket(n, 16) for n in (0, 1, 16, 17, 100)] == [16, 16, 16, 32, 128]
   assert bucket(5, 4) == 8
+  # Above 8192, multiples of 4096: the sampler's prompt buckets, so a prompt the sampler
+  # padded to P is padded to P again in the train batch.
+  from rlsvr.sampling import Buckets
+  for n in (8192, 8193, 12288, 39296, 100_000):
+    assert bucket(n) == Buckets.pick(n, Buckets().prompt, "prompt")
 
 
 def test_layout_of_rows():

@@ -1,0 +1,162 @@
+"""What each part of a training step costs in device memory: the planner's arithmetic.
+
+Exact: parameter bytes from `rlsvr.parallel`'s rules on an abstract mesh, KV caches
+from the sampler's buckets. Estimates (marked so in the plan): prompt lengths and
+activations. Attention is blocked (`rlsvr.model.attention`): its working set is
+rows x heads x block x S, never T x S. `rlsvr.plan` assembles these into a plan.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+from rlsvr.model.config import ModelConfig
+
+MESH_AXES = ("data", "fsdp", "tensor")  # As rlsvr.parallel (imported lazily: it imports jax).
+
+
+@functools.lru_cache(maxsize=None)
+def _param_elems(config: ModelConfig, sizes: tuple[int, ...]) -> dict[str, int]:
+  """Per-device parameter elements by sharding axes ("" = replicated), by `parallel.spec_for`."""
+  import jax  # noqa: PLC0415
+  from rlsvr import parallel  # noqa: PLC0415
+  from rlsvr.model import hf, qwen3  # noqa: PLC0415
+
+  mesh, elems = jax.sharding.AbstractMesh(sizes, MESH_AXES), {}
+  for path, leaf in hf.flatten(qwen3.abstract_params(config)).items():
+    spec = parallel.spec_for(path, leaf.shape, mesh)
+    axes = [a for entry in spec if entry for a in (entry if isinstance(entry, tuple) else (entry,))]
+    key = "·".join(f"{a}{mesh.shape[a]}" for a in axes)
+    elems[key] = elems.get(key, 0) + leaf.size // math.prod(mesh.shape[a] for a in axes)
+  return elems
+
+
+def param_bytes(config: ModelConfig, sizes: dict[str, int], itemsize: int) -> tuple[int, str]:
+  """Per-device bytes of one copy of the parameters, and how they are sharded."""
+  elems = _param_elems(config, tuple(sizes[a] for a in MESH_AXES))
+  total = sum(elems.values())
+  return total * itemsize, ", ".join(f"{axes or 'replicated'} {100 * n / total:.3g}%" for axes, n
+                                     in sorted(elems.items(), key=lambda kv: -kv[1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimates:
+  """Assumptions behind the prompt lengths; every one is printed with the plan."""
+
+  tokens_per_word: float = 1.4  # English prose under the Qwen / Llama tokenizers.
+  template_tokens: int = 512  # Instructions and chat template around a prompt's content.
+  output_tokens: int = 0  # A spy player's public output in later prompts; 0: the max length.
+  prompt_tokens: tuple[tuple[str, int], ...] = ()  # Overrides per sampler call, by name.
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+  phase: str  # "resident" (always held) or the phase it belongs to.
+  name: str
+  bytes: int  # Per device.
+  sharding: str
+  estimate: bool = False
+
+
+def sampler_bucket(n: int, kind: str) -> int:
+  """The padded size the sampler compiles for ("batch", "prompt" or "new_tokens")."""
+  from rlsvr.sampling.sampler import Buckets  # noqa: PLC0415
+
+  return Buckets.pick(n, getattr(Buckets(), kind), kind)
+
+
+def batch_bucket(n: int) -> int:
+  """The padded prompt / completion length of a train batch (`rlsvr.rl.batch`)."""
+  from rlsvr.rl.batch import bucket  # noqa: PLC0415
+
+  return bucket(n)
+
+
+def _split(n: int, size: int) -> int:  # A dimension is split only when the axis divides it.
+  return n // size if size > 1 and n % size == 0 else n
+
+
+def calls_and_steps(c, est: Estimates, notes: list[str]):
+  """Sampler calls (name, rows, prompt tokens, new tokens, judge?) and train phases
+  (name, rows, the calls whose prompts it trains on, completion tokens) of a step of `c`."""
+  if c.env == "spy":
+    s = c.spy
+    out = min(est.output_tokens or s.player_max_new_tokens, s.player_max_new_tokens)
+    doc = math.ceil(s.truncate_words * est.tokens_per_word)
+    seq = s.variant == "sequential"
+    earlier = ((s.num_players - 1) * out if seq else 0) + (s.rounds - 1) * s.num_players * out
+    player_p = est.template_tokens + doc + earlier
+    detector_p = est.template_tokens + doc + s.rounds * s.num_players * out
+    notes.append(f"spy prompts: document = truncate_words {s.truncate_words} x "
+                 f"{est.tokens_per_word} tokens/word = {doc}; template {est.template_tokens}; "
+                 f"public output {out} tokens per player (--output_tokens)")
+    calls = [("players", s.games_per_step * (1 if seq else s.num_players), player_p,
+              s.player_max_new_tokens, False), ("detectors", s.games_per_step * s.rollout_n,
+                                                detector_p, s.detector_max_new_tokens, False)]
+    clue = ("clue", s.games_per_step * s.num_players * s.rounds, ("players",),
+            s.player_max_new_tokens)
+    decide = ("decision", s.games_per_step * s.rollout_n, ("detectors",), s.detector_max_new_tokens)
+    if s.joint:
+      steps = [("joint", clue[1] + decide[1], ("players", "detectors"), max(clue[3], decide[3]))]
+    else:
+      phase = "clue" if s.variant == "no_spy" else s.training_phase
+      steps = [st for st in (clue, decide) if phase in ("interactive", st[0])]
+    return calls, steps
+  r = c.rlsr
+  rows = r.problems_per_step * r.group_size
+  judge_p = est.template_tokens + r.policy_max_new_tokens
+  notes.append(f"rlsr prompts: policy = template {est.template_tokens}; judge = template + a "
+               f"whole response ({r.policy_max_new_tokens}: one answer without <answer> suffices)")
+  calls = [("policy", rows, est.template_tokens, r.policy_max_new_tokens, False),
+           ("judge", rows, judge_p, r.judge_max_new_tokens, True)]
+  return calls, [("policy", rows, ("policy",), r.policy_max_new_tokens)]
+
+
+def _layer_terms(m: ModelConfig, t: int):
+  """Per-token, per-layer activation elements (linear part) and attended heads, on tensor=t."""
+  h, k, f = _split(m.num_heads, t), _split(m.num_kv_heads, t), _split(m.intermediate_size, t)
+  return 4 * m.hidden_size + 4 * h * m.head_dim + 6 * k * m.head_dim + 4 * f, h
+
+
+def train_activations(m: ModelConfig, rows: int, seq: int, completion: int, cb: int, *,
+                       remat: bool, t: int, chunk: int, block: int) -> int:
+  """Estimated activation bytes of one micro-batch's forward + backward on one device.
+
+  Blocked attention keeps no scores for the backward pass; one block's fp32 scores,
+  compute-dtype probabilities and, in the backward, two fp32 cotangents exist at a
+  time. Remat keeps only layer inputs. The KL reference forward runs layer by layer
+  before the backward: no extra peak.
+  """
+  lin, heads = _layer_terms(m, t)
+  saved = rows * seq * lin * cb
+  work = saved + rows * heads * min(block, seq) * seq * (12 + cb)  # One layer's backward.
+  layers = m.num_layers * rows * seq * m.hidden_size * cb if remat else m.num_layers * saved
+  logits = 4 * rows * chunk * _split(m.vocab_size, t) + rows * (completion + 1) * m.hidden_size
+  return layers + work + 4 * logits  # Four fp32 logit chunks alive; fp32 hidden window.
+
+
+def sample_phase(name, rows, prompt, new, m: ModelConfig, pb: int, nb: int, t: int,
+                 gathered: int, max_rows: int, block: int) -> list[Component]:
+  """One sampler call (or, with `max_rows`, one slice of it): its KV cache (exact), the
+  larger of the prefill's working set and the cache's copy into the decode layout, and
+  the per-layer copy of the weights the decode loop reads (all estimates but the cache)."""
+  b = sampler_bucket(min(rows, max_rows or rows), "batch")
+  p, n = sampler_bucket(prompt, "prompt"), sampler_bucket(new, "new_tokens")
+  bd, kd = (b // nb if nb > 1 and b % nb == 0 else b), _split(m.num_kv_heads, t)
+  how = (f"batch/{nb} (data·fsdp)" if bd < b else "batch whole") + (
+      f", kv heads/{t}" if kd < m.num_kv_heads else "")
+  calls = f", {-(-rows // b)} slices" if b < rows else ""
+  phase = f"sample: {name} (B={b}{calls}, P={p}, N={n})"
+  lin, heads = _layer_terms(m, t)
+  kv = 2 * m.num_layers * bd * kd * m.head_dim * (p + n) * pb
+  prefill = bd * p * (lin * pb + 2 * m.hidden_size * 4) + bd * heads * min(block, p) * (p + n) * (
+      8 + pb)
+  layers = (m.num_params() - m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2))
+  gather = [Component(phase, "FSDP-gathered embedding + one layer", gathered * pb, "whole", True)]
+  return [Component(phase, f"KV cache 2 x L{m.num_layers} x B x K x Dh x S", kv, how),
+          Component(phase, "max(prefill layer, cache copy to decode layout)",
+                    max(prefill, kv), how, estimate=True),
+          Component(phase, "layer weights unstacked for the decode loop",
+                    layers * pb // max(nb * t, 1), "as the params", estimate=True),
+          ] + (gather if gathered else [])
