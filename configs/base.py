@@ -85,6 +85,7 @@ def run_locally(c: ml_collections.ConfigDict, source: str, tokenizer: str = "") 
   c.model.tokenizer = tokenizer
   c.model.dtype = "float32"  # XLA:CPU runs fp32 faster than bf16.
   c.mesh.shape = {"data": 1, "fsdp": 1, "tensor": 1}
+  c.sampling.max_rows = 0  # Small games: every row of a call at once.
   c.grpo.lr = 1e-5  # A visible change within a few steps of a small model.
   # Bounds activation memory (the attention scores of long prompts) on a 24 GB host.
   c.grpo.micro_batch_size = 4
