@@ -61,7 +61,9 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     # (reference document + every player's output) dominates, so documents are short.
     run_locally(c, "smollm2")
     c.data.source = "bundled"
-    c.steps = 6
+    # 4 steps (2 decision, 2 clue): with the answer prefill the players' summaries reach the
+    # detectors, whose prompts then pass 512 tokens, and a train step costs ~90 s here.
+    c.steps = 4
     c.sampling.temperature = 0.7  # A 135M model writes noticeably better below 1.0.
     c.spy.games_per_step = 2
     c.spy.rollout_n = 2
@@ -71,7 +73,7 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     # SmolLM2-135M never writes `Answer:` or a `\boxed{}` vote within these budgets by itself
     # (every reward was 0, so GRPO had nothing to learn from); with the markers it does.
     c.spy.answer_prefill = True
-    c.checkpoint.every = 3
+    c.checkpoint.every = 2
   if "smoke" in variants:
     run_locally(c, "random:tiny", tokenizer="qwen3")
     c.data.source = "bundled"
