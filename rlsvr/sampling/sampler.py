@@ -33,9 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from rlsvr import parallel
 from rlsvr.model import decode as decode_lib
 from rlsvr.model import qwen3
-from rlsvr.parallel import to_host
 from rlsvr.model.config import ModelConfig
 from rlsvr.sampling import strategies
 from rlsvr.sampling.completion import Completion
@@ -78,13 +78,10 @@ class DecodeState(NamedTuple):
   pads_B: jax.Array  # Left padding of each prompt.
 
 
-def _batch_sharding(mesh, batch: int):
-  """Lays the batch over the mesh's data and fsdp axes when it divides them."""
-  if mesh is None:
-    return None
-  axes = tuple(a for a in ("data", "fsdp") if mesh.shape.get(a, 1) > 1)
-  size = int(np.prod([mesh.shape[a] for a in axes])) if axes else 1
-  return axes if axes and batch % size == 0 else None
+def _batch_axes(mesh, batch: int):
+  """The mesh axes the batch is laid over (`parallel.batch_spec`), or None."""
+  spec = parallel.batch_spec(mesh, batch) if mesh is not None else ()
+  return spec[0] if len(spec) else None
 
 
 def _constrain(x, mesh, spec):
@@ -95,7 +92,7 @@ def _constrain(x, mesh, spec):
 def _prefill(params, tokens_BxP, pads_B, done_B, *, config: ModelConfig, new_len: int, cache_dtype,
              mesh=None) -> DecodeState:
   b, p = tokens_BxP.shape
-  batch_axes = _batch_sharding(mesh, b)
+  batch_axes = _batch_axes(mesh, b)
   heads = None
   if mesh is not None and config.num_kv_heads % mesh.shape["tensor"] == 0:
     heads = "tensor"
@@ -160,15 +157,6 @@ def _decode(params, state: DecodeState, stop_at, max_new, sampling: strategies.S
 def compile_count() -> int:
   """Compiled (prefill + decode) variants in this process, across all samplers."""
   return _prefill._cache_size() + _decode._cache_size()
-
-
-def _mesh_of(params):
-  """The multi-device mesh the params live on, if any (the batch is laid over it)."""
-  for leaf in jax.tree.leaves(params):
-    sharding = getattr(leaf, "sharding", None)
-    if isinstance(sharding, NamedSharding) and sharding.mesh.size > 1:
-      return sharding.mesh
-  return None
 
 
 class Sampler:
@@ -258,8 +246,9 @@ class Sampler:
       tokens_BxP[row, p - len(prompt):] = prompt
       pads_B[row] = p - len(prompt)
     done_B = np.arange(b) >= n  # Batch-padding rows never hold the loop open.
-    mesh = _mesh_of(params)
-    batch_axes = _batch_sharding(mesh, b)
+    mesh = parallel.mesh_of(params)
+    mesh = mesh if mesh is not None and mesh.size > 1 else None  # one device: nothing to lay
+    batch_axes = _batch_axes(mesh, b)
     if batch_axes is not None:
       tokens_BxP = jax.device_put(tokens_BxP, NamedSharding(mesh, P(batch_axes)))
       pads_B = jax.device_put(pads_B, NamedSharding(mesh, P(batch_axes)))
@@ -274,9 +263,9 @@ class Sampler:
     while True:
       state = _decode(params, state, jnp.minimum(state.step + chunk, max_new_tokens),
                       jnp.int32(max_new_tokens), sampling, eos_E, key, config=self.config)
-      step, done_B = int(state.step), np.array(to_host(state.done_B))
+      step, done_B = int(state.step), np.array(parallel.to_host(state.done_B))
       if stops:
-        tokens_BxN, lengths_B = to_host((state.tokens_BxN, state.lengths_B))
+        tokens_BxN, lengths_B = parallel.to_host((state.tokens_BxN, state.lengths_B))
         for row in range(n):
           if row in stopped or lengths_B[row] <= checked[row]:
             continue
@@ -293,7 +282,7 @@ class Sampler:
   @staticmethod
   def _completions(state: DecodeState, n: int, eos_ids, stopped) -> list[Completion]:
     # Every process fetches all rows: the host-side game logic runs on each of them.
-    tokens_BxN, logprobs_BxN, lengths_B = to_host(
+    tokens_BxN, logprobs_BxN, lengths_B = parallel.to_host(
         (state.tokens_BxN, state.logprobs_BxN, state.lengths_B))
     out = []
     for row in range(n):
