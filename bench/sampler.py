@@ -11,7 +11,11 @@ Also reports compile time apart from steady state, and for (a) at batch 32 the
 distance from the compute limit: model FLOPs per decode step over the matmul
 rate measured in this run.
 
-  .venv/bin/python bench/sampler.py [--devices 2] [--repeats 3] [--skip-smollm]
+  .venv/bin/python bench/sampler.py [--devices 2] [--repeats 3] [--skip-smollm] [--group]
+
+`--group` adds GRPO-style sampling (8 prompts of 512 tokens x 8 samples, 64 new
+tokens, temperature 1): ours with and without shared-prompt prefill, and
+`generate(num_return_sequences=8)`.
 
 `--devices N` splits the batch over N host CPU devices (a mesh with data=N);
 it must be chosen before jax starts, hence a flag and not an option of `run`.
@@ -29,6 +33,8 @@ _ARGS.add_argument("--devices", type=int, default=1, help="host CPU devices for 
 _ARGS.add_argument("--repeats", type=int, default=3, help="timed runs per case (median)")
 _ARGS.add_argument("--batches", type=int, nargs="+", default=[8, 32, 128])
 _ARGS.add_argument("--skip-smollm", action="store_true")
+_ARGS.add_argument("--group", action="store_true",
+                   help="also GRPO-style group sampling (shared-prompt prefill)")
 FLAGS = _ARGS.parse_args()
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + f" --xla_force_host_platform_device_count={FLAGS.devices}")
@@ -84,6 +90,20 @@ def timed(fn, repeats):
   return first, statistics.median(times)
 
 
+def torch_best(fn, repeats):
+  """(threads, median seconds) of `fn` at torch's better thread count.
+
+  On a loaded 2-core machine torch's OpenMP threads can spin against other
+  processes (measured 10x slower with 2 threads than with 1): the ratios are
+  not flattered by that pathology.
+  """
+  seconds = {}
+  for threads in sorted({1, os.cpu_count()}):
+    torch.set_num_threads(threads)
+    seconds[threads] = timed(fn, repeats)[1]
+  return min(seconds.items(), key=lambda kv: kv[1])
+
+
 def run_case(name, model, config, params, batch, new_tokens, repeats, mesh):
   rng = np.random.default_rng(batch)
   prompts = rng.integers(1, config.vocab_size, (batch, PROMPT_LEN))
@@ -103,20 +123,46 @@ def run_case(name, model, config, params, batch, new_tokens, repeats, mesh):
 
   first, ours_s = timed(ours, repeats)
   assert all(len(c.ids) == new_tokens for c in out)
-  # On a loaded 2-core machine torch's OpenMP threads can spin against other
-  # processes (measured 10x slower with 2 threads than with 1): report torch's
-  # better thread count, so the ratio is not flattered by that pathology.
-  hf_s = {}
-  for threads in sorted({1, os.cpu_count()}):
-    torch.set_num_threads(threads)
-    hf_s[threads] = timed(theirs, repeats)[1]
-  threads, hf_s = min(hf_s.items(), key=lambda kv: kv[1])
+  threads, hf_s = torch_best(theirs, repeats)
   tokens = batch * new_tokens
   row = dict(case=name, batch=batch, ours=tokens / ours_s, hf=tokens / hf_s,
              ratio=hf_s / ours_s, compile_s=first - ours_s, step_ms=ours_s / new_tokens * 1e3)
   print(f"{name:<8} {batch:>5} {row['ours']:>10.0f} {row['hf']:>10.0f} {row['ratio']:>7.2f}x "
         f"{row['compile_s']:>9.1f} {row['step_ms']:>8.2f} {threads:>7}", flush=True)
   return row
+
+
+def run_group_case(model, config, params, groups, group, prompt_len, new_tokens, repeats, mesh):
+  """GRPO-style sampling: `group` samples of each of `groups` long prompts, temperature 1.
+
+  Ours prefills each distinct prompt once (`share_prompts`, the default) or every row;
+  `generate(num_return_sequences=group)` repeats the prompts before its prefill.
+  """
+  rng = np.random.default_rng(0)
+  prompts = rng.integers(1, config.vocab_size, (groups, prompt_len))
+  rows = [p for p in prompts.tolist() for _ in range(group)]
+  if mesh is not None:
+    params = parallel.shard_params(params, mesh)
+  seconds = {}
+  for share in (True, False):
+    sampler = Sampler(config, share_prompts=share)
+    seconds[share] = timed(lambda: sampler(params, rows, max_new_tokens=new_tokens,
+                                           temperature=1.0), repeats)[1]
+
+  def theirs():
+    with torch.inference_mode():
+      model.generate(input_ids=torch.tensor(prompts), attention_mask=torch.ones_like(
+          torch.tensor(prompts)), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                     num_return_sequences=group, max_new_tokens=new_tokens,
+                     min_new_tokens=new_tokens, pad_token_id=0)
+
+  _, hf_s = torch_best(theirs, repeats)
+  tokens = len(rows) * new_tokens
+  print(f"group sampling ({groups} prompts of {prompt_len} tokens x {group} samples, "
+        f"{new_tokens} new, temperature 1): ours {tokens / seconds[True]:.0f} tok/s shared, "
+        f"{tokens / seconds[False]:.0f} prefilling every row; HF {tokens / hf_s:.0f}: "
+        f"{seconds[False] / seconds[True]:.2f}x from sharing, "
+        f"{hf_s / seconds[True]:.2f}x generate", flush=True)
 
 
 def matmul_rate():
@@ -152,6 +198,8 @@ def main():
   model, config, params = tiny_qwen3()
   rows = [run_case("qwen3-a", model, config, params, b, 128, FLAGS.repeats, mesh)
           for b in FLAGS.batches]
+  if FLAGS.group:
+    run_group_case(model, config, params, 8, 8, 512, 64, FLAGS.repeats, mesh)
   if not FLAGS.skip_smollm:
     model, config_b, params_b = smollm2()
     rows.append(run_case("smollm2", model, config_b, params_b, 8, 64, FLAGS.repeats, mesh))

@@ -1,7 +1,7 @@
 """The one-token decode step of the `qwen3` decoder, laid out for fast decode loops.
 
   init_cache(config, batch, max_len) -> KVCache     # per layer, per chunk of slots
-  from_stacked(qwen3_cache) -> KVCache               # after a (scanned) `qwen3.forward` prefill
+  from_stacked(qwen3_cache, max_len, rows_B) -> KVCache  # after a (scanned) `qwen3.forward` prefill
   unstack_layers(params) -> layers                   # once, outside the decode loop
   decode_step(config, params, tokens_Bx1, positions_Bx1, kv_mask_BxS, cache, cache_index,
               layers=None) -> (hidden_Bx1xD, cache)
@@ -73,15 +73,34 @@ def init_cache(config: ModelConfig, batch: int, max_len: int, dtype=jnp.float32)
                  tuple(tuple(jnp.zeros((batch, k, c, dh), dtype) for c in lens) for _ in layers))
 
 
-def from_stacked(cache: qwen3.KVCache) -> KVCache:
-  """The chunked per-layer form of a cache that `qwen3.forward` filled (a copy)."""
+def from_stacked(cache: qwen3.KVCache, max_len: int | None = None, rows_B=None) -> KVCache:
+  """The chunked per-layer form of a cache that `qwen3.forward` filled (a copy).
+
+  `max_len` (default: the stacked cache's length) may exceed it: a prefill only
+  needs slots for the prompt, and the decode slots after it start as zeros.
+  `rows_B` picks (and may repeat) rows: prompts shared by several rows are
+  prefilled once and copied here.
+  """
   k_all, v_all = cache
+  filled = cache.max_len
+  max_len = filled if max_len is None else max_len
+  if max_len < filled:
+    raise ValueError(f"max_len={max_len} is shorter than the filled cache ({filled} slots)")
+  if rows_B is not None:
+    k_all, v_all = jnp.take(k_all, rows_B, axis=1), jnp.take(v_all, rows_B, axis=1)
   starts = [0]
-  for c in chunk_lens(cache.max_len):
+  for c in chunk_lens(max_len):
     starts.append(starts[-1] + c)
+
+  def chunk(x, axis: int, a: int, b: int):
+    part = jax.lax.slice_in_dim(x, min(a, filled), min(b, filled), axis=axis)
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, (b - a) - part.shape[axis])
+    return jnp.pad(part, pad)
+
   spans = list(zip(starts[:-1], starts[1:]))
-  return KVCache(tuple(tuple(k_all[i, ..., a:b] for a, b in spans) for i in range(len(k_all))),
-                 tuple(tuple(v_all[i, :, :, a:b] for a, b in spans) for i in range(len(v_all))))
+  return KVCache(tuple(tuple(chunk(k, 3, a, b) for a, b in spans) for k in k_all),
+                 tuple(tuple(chunk(v, 2, a, b) for a, b in spans) for v in v_all))
 
 
 def unstack_layers(params: qwen3.Params) -> Layers:

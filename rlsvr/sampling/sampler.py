@@ -1,7 +1,11 @@
 """Jitted KV-cache generation: one compiled prefill, one compiled decode loop.
 
-  prefill(params, tokens_BxP, pads_B)          -> DecodeState (cache inside)
+  prefill(params, tokens_UxP, pads_U, rows_B)  -> DecodeState (cache inside)
   decode(params, state, stop_at, max_new, ...) -> DecodeState   # state donated
+
+Prefill runs once per distinct prompt of a call (U of them) and the decode
+batch's rows copy their prompt's cache (`rows_B`), so the G samples of a GRPO
+group or the detectors of one game pay for one prefill of their prompt.
 
 Prompts are left-padded to a bucketed length P and the batch to a bucketed size
 B; the cache holds S = P + N slots with N the bucketed `max_new_tokens`, so a
@@ -84,38 +88,50 @@ def _batch_axes(mesh, batch: int):
   return spec[0] if len(spec) else None
 
 
+def _put(x, mesh, rows: int):
+  """A host array whose leading axis is the batch, laid over the mesh as the batch is."""
+  axes = _batch_axes(mesh, rows)
+  return jax.device_put(x, NamedSharding(mesh, P(axes) if axes is not None else P()))
+
+
 def _constrain(x, mesh, spec):
   return x if mesh is None else jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
 
 
 @functools.partial(jax.jit, static_argnames=("config", "new_len", "cache_dtype", "mesh"))
-def _prefill(params, tokens_BxP, pads_B, done_B, *, config: ModelConfig, new_len: int, cache_dtype,
-             mesh=None) -> DecodeState:
-  b, p = tokens_BxP.shape
-  batch_axes = _batch_axes(mesh, b)
+def _prefill(params, tokens_UxP, pads_U, rows_B, done_B, *, config: ModelConfig, new_len: int,
+             cache_dtype, mesh=None) -> DecodeState:
+  """Prefills U prompts; row b of the batch continues prompt `rows_B[b]` (None: prompt b)."""
+  u, p = tokens_UxP.shape
+  b = u if rows_B is None else rows_B.shape[0]
+  pick = (lambda x: x) if rows_B is None else (lambda x: jnp.take(x, rows_B, axis=0))
   heads = None
   if mesh is not None and config.num_kv_heads % mesh.shape["tensor"] == 0:
     heads = "tensor"
-  cache = qwen3.init_cache(config, b, p + new_len, cache_dtype)
-  cache = qwen3.KVCache(*(_constrain(x, mesh, P(None, batch_axes, heads)) for x in cache))
-  kv_mask_BxS = jnp.arange(p + new_len)[None, :] >= pads_B[:, None]
-  positions_BxP = jnp.maximum(jnp.arange(p)[None, :] - pads_B[:, None], 0)
-  hidden_BxPxD, cache = qwen3.forward(config, params, tokens_BxP, positions_BxP, kv_mask_BxS,
+  # The prefill cache holds the prompt slots only: the decode slots are added when the
+  # cache is copied into the decode layout, so prefill attention never reads them.
+  cache = qwen3.init_cache(config, u, p, cache_dtype)
+  cache = qwen3.KVCache(*(_constrain(x, mesh, P(None, _batch_axes(mesh, u), heads))
+                          for x in cache))
+  kv_mask_UxP = jnp.arange(p)[None, :] >= pads_U[:, None]
+  positions_UxP = jnp.maximum(jnp.arange(p)[None, :] - pads_U[:, None], 0)
+  hidden_UxPxD, cache = qwen3.forward(config, params, tokens_UxP, positions_UxP, kv_mask_UxP,
                                       cache, 0)
   # The decode loop keeps one cache array per layer (see `decode`): split once here.
+  batch_axes = _batch_axes(mesh, b)
   cache = jax.tree.map(lambda x: _constrain(x, mesh, P(batch_axes, heads)),
-                       decode_lib.from_stacked(cache))
+                       decode_lib.from_stacked(cache, p + new_len, rows_B))
   # Left padding puts every row's last prompt token in the last column.
-  logits_BxV = qwen3.unembed(config, params, hidden_BxPxD[:, -1:])[:, 0]
+  logits_UxV = qwen3.unembed(config, params, hidden_UxPxD[:, -1:])[:, 0]
   return DecodeState(
       cache=cache,
-      logits_BxV=logits_BxV,
+      logits_BxV=pick(logits_UxV),
       tokens_BxN=jnp.zeros((b, new_len), jnp.int32),
       logprobs_BxN=jnp.zeros((b, new_len), jnp.float32),
       lengths_B=jnp.zeros((b,), jnp.int32),
       done_B=done_B,
       step=jnp.int32(0),
-      pads_B=pads_B,
+      pads_B=pick(pads_U),
   )
 
 
@@ -171,12 +187,18 @@ class Sampler:
   def __init__(self, config: ModelConfig, *, eos_ids: Sequence[int] = (),
                stop_strings: Sequence[str] = (), tokenizer=None, seed: int = 0,
                buckets: Buckets = Buckets(), chunk_size: int = 32, cache_dtype=None,
-               max_rows: int = 0):
+               max_rows: int = 0, share_prompts: bool = True):
     """`max_rows` > 0 samples longer prompt lists in consecutive slices of that many rows:
-    the KV cache of one slice, not of the whole list, must fit (`python -m rlsvr.plan`)."""
+    the KV cache of one slice, not of the whole list, must fit (`python -m rlsvr.plan`).
+
+    `share_prompts` prefills each distinct prompt of a call once and copies its cache
+    to every row that repeats it (GRPO groups, a game's detectors); off, every row is
+    prefilled on its own (same outputs up to float rounding).
+    """
     if max_rows < 0:
       raise ValueError(f"max_rows must be >= 0, got {max_rows}")
     self.max_rows = max_rows
+    self.share_prompts = share_prompts
     self.config = config
     self.eos_ids = tuple(eos_ids)
     self.stop_strings = tuple(stop_strings)
@@ -240,22 +262,28 @@ class Sampler:
     b = Buckets.pick(n, self.buckets.batch, "batch size")
     p = Buckets.pick(max(len(x) for x in prompts), self.buckets.prompt, "prompt length")
     new_len = Buckets.pick(max_new_tokens, self.buckets.new_tokens, "max_new_tokens")
-    tokens_BxP = np.zeros((b, p), np.int32)
-    pads_B = np.full((b,), p - 1, np.int32)  # Batch-padding rows: a 1-token prompt.
-    for row, prompt in enumerate(prompts):
-      tokens_BxP[row, p - len(prompt):] = prompt
-      pads_B[row] = p - len(prompt)
+    # Rows that share a prompt (a GRPO group, the detectors of one game) share its prefill.
+    distinct: dict[tuple[int, ...], int] = {}
+    rows = [distinct.setdefault(tuple(x), len(distinct)) for x in prompts]
+    share = self.share_prompts and len(distinct) < n
+    prefilled = list(distinct) if share else prompts
+    u = Buckets.pick(len(prefilled), self.buckets.batch, "batch size")
+    tokens_UxP = np.zeros((u, p), np.int32)
+    pads_U = np.full((u,), p - 1, np.int32)  # Batch-padding rows: a 1-token prompt.
+    for row, prompt in enumerate(prefilled):
+      tokens_UxP[row, p - len(prompt):] = prompt
+      pads_U[row] = p - len(prompt)
+    # Batch-padding rows continue prompt 0; they are done from the start.
+    rows_B = np.array(rows + [0] * (b - n), np.int32) if share else None
     done_B = np.arange(b) >= n  # Batch-padding rows never hold the loop open.
     mesh = parallel.mesh_of(params)
     mesh = mesh if mesh is not None and mesh.size > 1 else None  # one device: nothing to lay
-    batch_axes = _batch_axes(mesh, b)
-    if batch_axes is not None:
-      tokens_BxP = jax.device_put(tokens_BxP, NamedSharding(mesh, P(batch_axes)))
-      pads_B = jax.device_put(pads_B, NamedSharding(mesh, P(batch_axes)))
-      done_B = jax.device_put(done_B, NamedSharding(mesh, P(batch_axes)))
-    state = _prefill(params, tokens_BxP, pads_B, done_B, config=self.config, new_len=new_len,
-                     cache_dtype=self.cache_dtype or jax.tree.leaves(params)[0].dtype,
-                     mesh=mesh)
+    if mesh is not None:
+      tokens_UxP, pads_U = (_put(x, mesh, u) for x in (tokens_UxP, pads_U))
+      rows_B, done_B = (None if x is None else _put(x, mesh, b) for x in (rows_B, done_B))
+    state = _prefill(params, tokens_UxP, pads_U, rows_B, done_B, config=self.config,
+                     new_len=new_len, mesh=mesh,
+                     cache_dtype=self.cache_dtype or jax.tree.leaves(params)[0].dtype)
     eos_E = jnp.asarray(list(eos_ids) + [-1] * (_MAX_EOS_IDS - len(eos_ids)), jnp.int32)
     chunk = self.chunk_size if stops else max_new_tokens
     stopped = {}  # row -> kept length, for rows cut at a stop string

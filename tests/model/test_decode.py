@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rlsvr.model import decode, qwen3
 from tests.model.hf_reference import left_padded
@@ -43,6 +44,24 @@ def test_cache_layout_matches_the_stacked_cache(tiny_qwen3):
   assert len(cache.k_BxKxDhxC) == len(split.v_BxKxCxDh) == config.num_layers
   assert jax.tree.map(lambda x: (x.shape, x.dtype), cache) == jax.tree.map(
       lambda x: (x.shape, x.dtype), split)
+
+
+def test_from_stacked_adds_empty_decode_slots_and_picks_rows(tiny_qwen3):
+  _, config, _ = tiny_qwen3
+  rng = np.random.default_rng(0)
+  stacked = qwen3.KVCache(*(jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+                            for x in qwen3.init_cache(config, batch=2, max_len=20)))
+  rows = np.array([1, 1, 0])
+  cache = decode.from_stacked(stacked, max_len=70, rows_B=rows)
+  assert cache.max_len == 70 and cache.chunk_lens == (35, 35)
+  for i in range(config.num_layers):
+    k = np.concatenate(cache.k_BxKxDhxC[i], -1)
+    v = np.concatenate(cache.v_BxKxCxDh[i], -2)
+    np.testing.assert_array_equal(k[..., :20], np.asarray(stacked.k_LxBxKxDhxS[i])[rows])
+    np.testing.assert_array_equal(v[:, :, :20], np.asarray(stacked.v_LxBxKxSxDh[i])[rows])
+    assert not k[..., 20:].any() and not v[:, :, 20:].any()
+  with pytest.raises(ValueError, match="shorter"):
+    decode.from_stacked(stacked, max_len=19)
 
 
 def test_decode_loop_copies_no_weights_or_cache(tiny_qwen3):

@@ -12,6 +12,7 @@ import transformers
 from rlsvr import parallel
 from rlsvr.model import assets, hf, qwen3
 from rlsvr.sampling import Buckets, Sampler, compile_count, generate, strategies
+from rlsvr.sampling import sampler as sampler_lib
 from tests.model.hf_reference import make_hf_model
 
 NEW = 64
@@ -165,13 +166,49 @@ def test_varied_calls_compile_once_per_bucket(tiny):
   assert compile_count() - before <= 2
 
 
-def test_sharded_params_give_the_same_greedy_output(tiny, prompts, greedy):
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 2, 0]], ids=["distinct", "shared"])
+def test_sharded_params_give_the_same_greedy_output(tiny, prompts, greedy, order):
   _, config, params = tiny
   mesh = parallel.make_mesh({"fsdp": 2, "tensor": 4})
   sharded = parallel.shard_params(params, mesh)
-  out = generate(config, sharded, prompts, max_new_tokens=NEW, temperature=0.0)
-  assert [c.ids for c in out] == [c.ids for c in greedy]
-  np.testing.assert_allclose([c.logprobs for c in out], [c.logprobs for c in greedy], atol=1e-4)
+  out = generate(config, sharded, [prompts[i] for i in order], max_new_tokens=NEW,
+                 temperature=0.0)
+  assert [c.ids for c in out] == [greedy[i].ids for i in order]
+  np.testing.assert_allclose([c.logprobs for c in out], [greedy[i].logprobs for i in order],
+                             atol=1e-4)
+
+
+@pytest.fixture
+def prefill_rows(monkeypatch):
+  """The number of rows each call's prefill ran on."""
+  rows, real = [], sampler_lib._prefill
+
+  def spy(params, tokens_UxP, *args, **kwargs):
+    rows.append(tokens_UxP.shape[0])
+    return real(params, tokens_UxP, *args, **kwargs)
+
+  monkeypatch.setattr(sampler_lib, "_prefill", spy)
+  return rows
+
+
+def test_rows_sharing_a_prompt_share_its_prefill(tiny, prompts, greedy, prefill_rows):
+  _, config, params = tiny
+  order = [2, 0, 2, 2]  # Batch bucket 4, two distinct prompts: a prefill of 2 rows.
+  batch = [prompts[i] for i in order]
+  shared = Sampler(config)(params, batch, max_new_tokens=NEW, temperature=0.0)
+  apart = Sampler(config, share_prompts=False)(params, batch, max_new_tokens=NEW,
+                                                temperature=0.0)
+  assert prefill_rows == [2, 4]
+  for out in (shared, apart):
+    assert [c.ids for c in out] == [greedy[i].ids for i in order]
+    np.testing.assert_allclose([c.logprobs for c in out], [greedy[i].logprobs for i in order],
+                               atol=1e-5)
+  # Sampling: each row draws its own tokens from the shared prompt's distribution.
+  sampled = Sampler(config, seed=2)(params, batch, max_new_tokens=NEW, temperature=1.0)
+  assert len({c.ids for c in sampled}) == len(sampled)
+  for c, logits_TxV in zip(sampled, teacher_forced_logits(config, params, batch, sampled)):
+    np.testing.assert_allclose(c.logprobs, jax.nn.log_softmax(logits_TxV)[
+        np.arange(len(c.ids)), list(c.ids)], atol=1e-4)
 
 
 def test_multi_turn_continues_each_conversation(tiny, prompts):
