@@ -17,8 +17,14 @@ rate measured in this run.
 tokens, temperature 1): ours with and without shared-prompt prefill, and
 `generate(num_return_sequences=8)`.
 
-`--devices N` splits the batch over N host CPU devices (a mesh with data=N);
-it must be chosen before jax starts, hence a flag and not an option of `run`.
+Every case runs ours in two layouts of the same cores: params on one XLA device,
+and the batch over `--devices` host devices (default: one per core; a mesh
+with data=N). XLA:CPU's intra-op threading keeps about 1.5 of 2 cores busy on
+decode-sized matmuls, and one single-threaded device per core keeps both busy,
+but each device then reads every weight: the batch split pays at batch >= 32
+of a small model and loses on a weight-bound one (SmolLM2 at batch 8). Both
+rows are printed, then the better layout per case. The device count must be
+fixed before jax starts, hence a flag.
 """
 from __future__ import annotations
 
@@ -29,7 +35,8 @@ import sys
 import time
 
 _ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-_ARGS.add_argument("--devices", type=int, default=1, help="host CPU devices for the batch")
+_ARGS.add_argument("--devices", type=int, default=os.cpu_count(),
+                   help="host CPU devices (default: one per core)")
 _ARGS.add_argument("--repeats", type=int, default=3, help="timed runs per case (median)")
 _ARGS.add_argument("--batches", type=int, nargs="+", default=[8, 32, 128])
 _ARGS.add_argument("--skip-smollm", action="store_true")
@@ -104,16 +111,18 @@ def torch_best(fn, repeats):
   return min(seconds.items(), key=lambda kv: kv[1])
 
 
-def run_case(name, model, config, params, batch, new_tokens, repeats, mesh):
+def layouts(devices: int):
+  """(name, mesh or None) to run ours in: one device, and the batch over all of them."""
+  out = [("1 device", None)]
+  if devices > 1:
+    out.append((f"data={devices}", parallel.make_mesh({"data": devices})))
+  return out
+
+
+def run_case(name, model, config, params, batch, new_tokens, repeats):
+  """One row per layout: ours (greedy) against `generate` at torch's best thread count."""
   rng = np.random.default_rng(batch)
   prompts = rng.integers(1, config.vocab_size, (batch, PROMPT_LEN))
-  if mesh is not None:
-    params = parallel.shard_params(params, mesh)
-  sampler = Sampler(config)
-  out = []
-
-  def ours():
-    out[:] = sampler(params, prompts.tolist(), max_new_tokens=new_tokens, temperature=0.0)
 
   def theirs():
     with torch.inference_mode():
@@ -121,18 +130,29 @@ def run_case(name, model, config, params, batch, new_tokens, repeats, mesh):
           torch.tensor(prompts)), do_sample=False, max_new_tokens=new_tokens,
                      min_new_tokens=new_tokens, pad_token_id=0)
 
-  first, ours_s = timed(ours, repeats)
-  assert all(len(c.ids) == new_tokens for c in out)
   threads, hf_s = torch_best(theirs, repeats)
   tokens = batch * new_tokens
-  row = dict(case=name, batch=batch, ours=tokens / ours_s, hf=tokens / hf_s,
-             ratio=hf_s / ours_s, compile_s=first - ours_s, step_ms=ours_s / new_tokens * 1e3)
-  print(f"{name:<8} {batch:>5} {row['ours']:>10.0f} {row['hf']:>10.0f} {row['ratio']:>7.2f}x "
-        f"{row['compile_s']:>9.1f} {row['step_ms']:>8.2f} {threads:>7}", flush=True)
-  return row
+  rows = []
+  for layout, mesh in layouts(jax.device_count()):
+    laid = params if mesh is None else parallel.shard_params(params, mesh)
+    sampler = Sampler(config)
+    out = []
+
+    def ours():
+      out[:] = sampler(laid, prompts.tolist(), max_new_tokens=new_tokens, temperature=0.0)
+
+    first, ours_s = timed(ours, repeats)
+    assert all(len(c.ids) == new_tokens for c in out)
+    row = dict(case=name, batch=batch, layout=layout, ours=tokens / ours_s, hf=tokens / hf_s,
+               ratio=hf_s / ours_s, compile_s=first - ours_s, step_ms=ours_s / new_tokens * 1e3)
+    print(f"{name:<8} {batch:>5} {layout:>8} {row['ours']:>10.0f} {row['hf']:>10.0f} "
+          f"{row['ratio']:>7.2f}x {row['compile_s']:>9.1f} {row['step_ms']:>8.2f} {threads:>7}",
+          flush=True)
+    rows.append(row)
+  return rows
 
 
-def run_group_case(model, config, params, groups, group, prompt_len, new_tokens, repeats, mesh):
+def run_group_case(model, config, params, groups, group, prompt_len, new_tokens, repeats):
   """GRPO-style sampling: `group` samples of each of `groups` long prompts, temperature 1.
 
   Ours prefills each distinct prompt once (`share_prompts`, the default) or every row;
@@ -141,13 +161,6 @@ def run_group_case(model, config, params, groups, group, prompt_len, new_tokens,
   rng = np.random.default_rng(0)
   prompts = rng.integers(1, config.vocab_size, (groups, prompt_len))
   rows = [p for p in prompts.tolist() for _ in range(group)]
-  if mesh is not None:
-    params = parallel.shard_params(params, mesh)
-  seconds = {}
-  for share in (True, False):
-    sampler = Sampler(config, share_prompts=share)
-    seconds[share] = timed(lambda: sampler(params, rows, max_new_tokens=new_tokens,
-                                           temperature=1.0), repeats)[1]
 
   def theirs():
     with torch.inference_mode():
@@ -158,11 +171,19 @@ def run_group_case(model, config, params, groups, group, prompt_len, new_tokens,
 
   _, hf_s = torch_best(theirs, repeats)
   tokens = len(rows) * new_tokens
-  print(f"group sampling ({groups} prompts of {prompt_len} tokens x {group} samples, "
-        f"{new_tokens} new, temperature 1): ours {tokens / seconds[True]:.0f} tok/s shared, "
-        f"{tokens / seconds[False]:.0f} prefilling every row; HF {tokens / hf_s:.0f}: "
-        f"{seconds[False] / seconds[True]:.2f}x from sharing, "
-        f"{hf_s / seconds[True]:.2f}x generate", flush=True)
+  print(f"group sampling: {groups} prompts of {prompt_len} tokens x {group} samples, "
+        f"{new_tokens} new tokens, temperature 1; HF {tokens / hf_s:.0f} tok/s")
+  for layout, mesh in layouts(jax.device_count()):
+    laid = params if mesh is None else parallel.shard_params(params, mesh)
+    seconds = {}
+    for share in (True, False):
+      sampler = Sampler(config, share_prompts=share)
+      seconds[share] = timed(lambda: sampler(laid, rows, max_new_tokens=new_tokens,
+                                             temperature=1.0), repeats)[1]
+    print(f"  {layout:>8}: ours {tokens / seconds[True]:.0f} tok/s with shared prefill, "
+          f"{tokens / seconds[False]:.0f} prefilling every row: "
+          f"{seconds[False] / seconds[True]:.2f}x from sharing, "
+          f"{hf_s / seconds[True]:.2f}x generate", flush=True)
 
 
 def matmul_rate():
@@ -190,19 +211,18 @@ def decode_step_flops(config: ModelConfig, batch: int, cache_len: int) -> float:
 
 
 def main():
-  mesh = parallel.make_mesh({"data": FLAGS.devices}) if FLAGS.devices > 1 else None
   print(f"jax {jax.__version__} on {jax.device_count()} {jax.devices()[0].platform} device(s), "
         f"torch {torch.__version__}, load average {os.getloadavg()[0]:.2f}")
-  print(f"{'case':<8} {'batch':>5} {'ours tok/s':>10} {'HF tok/s':>10} {'ratio':>8} "
-        f"{'compile s':>9} {'step ms':>8} {'torch threads':>7}")
+  print(f"{'case':<8} {'batch':>5} {'layout':>8} {'ours tok/s':>10} {'HF tok/s':>10} "
+        f"{'ratio':>8} {'compile s':>9} {'step ms':>8} {'torch threads':>7}")
   model, config, params = tiny_qwen3()
-  rows = [run_case("qwen3-a", model, config, params, b, 128, FLAGS.repeats, mesh)
-          for b in FLAGS.batches]
-  if FLAGS.group:
-    run_group_case(model, config, params, 8, 8, 512, 64, FLAGS.repeats, mesh)
+  rows = [r for b in FLAGS.batches
+          for r in run_case("qwen3-a", model, config, params, b, 128, FLAGS.repeats)]
   if not FLAGS.skip_smollm:
-    model, config_b, params_b = smollm2()
-    rows.append(run_case("smollm2", model, config_b, params_b, 8, 64, FLAGS.repeats, mesh))
+    model_b, config_b, params_b = smollm2()
+    rows += run_case("smollm2", model_b, config_b, params_b, 8, 64, FLAGS.repeats)
+  if FLAGS.group:
+    run_group_case(model, config, params, 8, 8, 512, 64, FLAGS.repeats)
   big, small = matmul_rate()
   print(f"matmul rate: {big:.0f} GFLOP/s (2048^3), {small:.0f} GFLOP/s (decode-sized, in a loop)")
   for row in rows:
@@ -210,9 +230,14 @@ def main():
       # Cache slots: the bucketed prompt (32) plus the bucketed new tokens (128).
       flops = decode_step_flops(config, 32, PROMPT_LEN + 128)
       ideal_ms = flops / (small * 1e9) * 1e3
-      print(f"(a) batch 32: {flops / 1e6:.0f} MFLOP/step; {row['step_ms']:.2f} ms/step measured, "
-            f"{ideal_ms:.2f} ms at the decode-sized matmul rate "
+      print(f"(a) batch 32, {row['layout']}: {flops / 1e6:.0f} MFLOP/step; {row['step_ms']:.2f} "
+            f"ms/step measured, {ideal_ms:.2f} ms at the decode-sized matmul rate "
             f"({ideal_ms / row['step_ms']:.0%} of that limit)")
+  print("best layout per case (the sampler runs either; the mesh is the user's choice):")
+  for case, batch in dict.fromkeys((r["case"], r["batch"]) for r in rows):
+    best = max((r for r in rows if (r["case"], r["batch"]) == (case, batch)),
+               key=lambda r: r["ratio"])
+    print(f"  {case:<8} {batch:>5}: {best['ratio']:.2f}x generate ({best['layout']})")
   print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -168,11 +168,12 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
   overrides = dict(estimates.prompt_tokens)
   if set(overrides) - {call[0] for call in calls}:
     raise ValueError(f"--prompt_tokens names {sorted(overrides)}; calls: {[x[0] for x in calls]}")
-  prompt_len = {name: overrides.get(name, p) for name, _, p, _, _ in calls}
-  for name, rows, _, new, is_judge in calls:
+  prompt_len = {name: overrides.get(name, p) for name, _, p, _, _, _ in calls}
+  for name, rows, _, new, is_judge, per_prompt in calls:
     mm = (judge_m or m) if is_judge else m
     comps += sample_phase(name, rows, prompt_len[name], new, mm, pb, nb, t,
-                          gathered if mm is m else 0, c.sampling.max_rows, DEFAULT_BLOCK)
+                          gathered if mm is m else 0, c.sampling.max_rows, DEFAULT_BLOCK,
+                          per_prompt)
   mb_cfg = c.grpo.micro_batch_size
   for name, rows, prompts_of, new in steps:
     p, cl = batch_bucket(max(prompt_len[call] for call in prompts_of)), batch_bucket(new)

@@ -78,8 +78,8 @@ def _split(n: int, size: int) -> int:  # A dimension is split only when the axis
 
 
 def calls_and_steps(c, est: Estimates, notes: list[str]):
-  """Sampler calls (name, rows, prompt tokens, new tokens, judge?) and train phases
-  (name, rows, the calls whose prompts it trains on, completion tokens) of a step of `c`."""
+  """Sampler calls (name, rows, prompt tokens, new tokens, judge?, rows per prompt) and train
+  phases (name, rows, the calls whose prompts it trains on, completion tokens) of a step."""
   if c.env == "spy":
     s = c.spy
     out = min(est.output_tokens or s.player_max_new_tokens, s.player_max_new_tokens)
@@ -92,8 +92,9 @@ def calls_and_steps(c, est: Estimates, notes: list[str]):
                  f"{est.tokens_per_word} tokens/word = {doc}; template {est.template_tokens}; "
                  f"public output {out} tokens per player (--output_tokens)")
     calls = [("players", s.games_per_step * (1 if seq else s.num_players), player_p,
-              s.player_max_new_tokens, False), ("detectors", s.games_per_step * s.rollout_n,
-                                                detector_p, s.detector_max_new_tokens, False)]
+              s.player_max_new_tokens, False, 1),
+             ("detectors", s.games_per_step * s.rollout_n, detector_p,
+              s.detector_max_new_tokens, False, s.rollout_n)]
     clue = ("clue", s.games_per_step * s.num_players * s.rounds, ("players",),
             s.player_max_new_tokens)
     decide = ("decision", s.games_per_step * s.rollout_n, ("detectors",), s.detector_max_new_tokens)
@@ -108,8 +109,8 @@ def calls_and_steps(c, est: Estimates, notes: list[str]):
   judge_p = est.template_tokens + r.policy_max_new_tokens
   notes.append(f"rlsr prompts: policy = template {est.template_tokens}; judge = template + a "
                f"whole response ({r.policy_max_new_tokens}: one answer without <answer> suffices)")
-  calls = [("policy", rows, est.template_tokens, r.policy_max_new_tokens, False),
-           ("judge", rows, judge_p, r.judge_max_new_tokens, True)]
+  calls = [("policy", rows, est.template_tokens, r.policy_max_new_tokens, False, r.group_size),
+           ("judge", rows, judge_p, r.judge_max_new_tokens, True, 1)]
   return calls, [("policy", rows, ("policy",), r.policy_max_new_tokens)]
 
 
@@ -137,26 +138,40 @@ def train_activations(m: ModelConfig, rows: int, seq: int, completion: int, cb: 
 
 
 def sample_phase(name, rows, prompt, new, m: ModelConfig, pb: int, nb: int, t: int,
-                 gathered: int, max_rows: int, block: int) -> list[Component]:
+                 gathered: int, max_rows: int, block: int, per_prompt: int = 1) -> list[Component]:
   """One sampler call (or, with `max_rows`, one slice of it): its KV cache (exact), the
-  larger of the prefill's working set and the cache's copy into the decode layout, and
-  the per-layer copy of the weights the decode loop reads (all estimates but the cache)."""
-  b = sampler_bucket(min(rows, max_rows or rows), "batch")
+  larger of the prefill's working set and the prefix's split into per-layer arrays, and
+  the per-layer copy of the weights the decode loop reads (all estimates but the cache).
+
+  `per_prompt` rows continue each prompt (GRPO group, detectors): the sampler keeps one
+  prompt prefix per prompt when a slice holds whole groups and the prompts split over
+  the mesh at least as well as the rows.
+  """
+  b = min(rows, max_rows or rows)
+  r = per_prompt if per_prompt > 1 and b % per_prompt == 0 else 1
+  if r > 1 and _split(sampler_bucket(b // r, "batch"), nb) > _split(sampler_bucket(b, "batch"),
+                                                                   nb):
+    r = 1  # As the sampler: no sharing that would replicate the prefill over the mesh.
+  u = sampler_bucket(b // r, "batch")
+  b = u * r
   p, n = sampler_bucket(prompt, "prompt"), sampler_bucket(new, "new_tokens")
-  bd, kd = (b // nb if nb > 1 and b % nb == 0 else b), _split(m.num_kv_heads, t)
+  bd, ud, kd = _split(b, nb), _split(u, nb), _split(m.num_kv_heads, t)
   how = (f"batch/{nb} (data·fsdp)" if bd < b else "batch whole") + (
       f", kv heads/{t}" if kd < m.num_kv_heads else "")
   calls = f", {-(-rows // b)} slices" if b < rows else ""
-  phase = f"sample: {name} (B={b}{calls}, P={p}, N={n})"
+  shared = f", {u} prompts x {r}" if r > 1 else ""
+  phase = f"sample: {name} (B={b}{shared}{calls}, P={p}, N={n})"
   lin, heads = _layer_terms(m, t)
-  kv = 2 * m.num_layers * bd * kd * m.head_dim * (p + n) * pb
-  prefill = bd * p * (lin * pb + 2 * m.hidden_size * 4) + bd * heads * min(block, p) * (p + n) * (
-      8 + pb)
+  per_slot = 2 * m.num_layers * kd * m.head_dim * pb
+  prefix, kv = per_slot * ud * p, per_slot * (ud * p + bd * n)
+  prefill = ud * p * (lin * pb + 2 * m.hidden_size * 4) + ud * heads * min(block, p) * p * (8 + pb)
   layers = (m.num_params() - m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2))
   gather = [Component(phase, "FSDP-gathered embedding + one layer", gathered * pb, "whole", True)]
-  return [Component(phase, f"KV cache 2 x L{m.num_layers} x B x K x Dh x S", kv, how),
-          Component(phase, "max(prefill layer, cache copy to decode layout)",
-                    max(prefill, kv), how, estimate=True),
+  return [Component(phase, f"KV cache 2 x L{m.num_layers} x K x Dh x (U x P + B x N)", kv, how),
+          Component(phase, "max(prefill layer, prefix split per layer)",
+                    max(prefill, prefix), how, estimate=True),
           Component(phase, "layer weights unstacked for the decode loop",
                     layers * pb // max(nb * t, 1), "as the params", estimate=True),
           ] + (gather if gathered else [])
+
+

@@ -53,6 +53,30 @@ def test_max_rows_bounds_the_kv_cache_of_a_call():
   assert sliced.bytes * 8 == whole.bytes
 
 
+def test_rows_sharing_a_prompt_count_its_prefix_once():
+  m = TINY_QWEN3
+  per_slot = 2 * m.num_layers * m.num_kv_heads * m.head_dim * 4
+  kv = lambda **kw: component_named(plan_costs.sample_phase(
+      "detectors", 16, 1000, 100, m, 4, 1, 1, 0, block=512, **kw), "KV cache")
+  shared = kv(max_rows=0, per_prompt=8)  # 2 prompts of P=1024, 16 rows of N=128.
+  assert shared.bytes == per_slot * (2 * 1024 + 16 * 128)
+  assert "2 prompts x 8" in shared.phase
+  # Slices of 12 rows cut the groups of 8: the sampler then caches every row's prompt.
+  assert kv(max_rows=12, per_prompt=8).bytes == per_slot * 16 * (1024 + 128)
+  assert kv(max_rows=0, per_prompt=1).bytes == per_slot * 16 * (1024 + 128)
+  # On data=8, 4 prompts would be prefilled whole on every device (2 rows each unshared):
+  # the sampler does not share. 2 prompts (as many per device as rows) it does share.
+  on_8 = lambda per_prompt: component_named(plan_costs.sample_phase(
+      "detectors", 16, 1000, 100, m, 4, 8, 1, 0, 0, 512, per_prompt=per_prompt), "KV cache")
+  assert on_8(4).bytes == per_slot * 2 * (1024 + 128) and "prompts" not in on_8(4).phase
+  assert on_8(8).bytes == per_slot * (2 * 1024 + 2 * 128) and "2 prompts x 8" in on_8(8).phase
+
+
+def component_named(components, prefix):
+  (match,) = [c for c in components if c.name.startswith(prefix)]
+  return match
+
+
 def test_blocked_attention_keeps_long_sequences_linear():
   """At T = 32k the activations of a 1-row micro-batch grow ~linearly in T (blocks of
   512 queries), where materialised scores would grow with T**2."""

@@ -1,16 +1,17 @@
 """Jitted KV-cache generation: one compiled prefill, one compiled decode loop.
 
-  prefill(params, tokens_UxP, pads_U, rows_B)  -> DecodeState (cache inside)
+  prefill(params, tokens_UxP, pads_U, done_B)  -> DecodeState (cache inside)
   decode(params, state, stop_at, max_new, ...) -> DecodeState   # state donated
 
-Prefill runs once per distinct prompt of a call (U of them) and the decode
-batch's rows copy their prompt's cache (`rows_B`), so the G samples of a GRPO
-group or the detectors of one game pay for one prefill of their prompt.
+When every distinct prompt of a call repeats R times (the samples of a GRPO
+group, the detectors of a game), prefill runs once per distinct prompt (U of
+them) and the R rows continuing it share its prefix cache (`decode.KVCache`):
+one prefill, one copy of the prompt's keys and values, read once per step.
 
-Prompts are left-padded to a bucketed length P and the batch to a bucketed size
-B; the cache holds S = P + N slots with N the bucketed `max_new_tokens`, so a
-training run compiles one (prefill, decode) pair per (B, P, N) bucket, not per
-call. Temperature, top-p, top-k, `max_new_tokens`, the EOS ids and the PRNG key
+Prompts are left-padded to a bucketed length P and the distinct prompts to a
+bucketed count U (B = U x R rows); the cache holds P prompt slots per prompt
+and N generated slots per row, N the bucketed `max_new_tokens`, so a training
+run compiles one (prefill, decode) pair per (U, R, P, N) bucket, not per call. Temperature, top-p, top-k, `max_new_tokens`, the EOS ids and the PRNG key
 are traced arguments: changing them never recompiles.
 
 The decode loop is a `lax.while_loop` that runs until every row is done (EOS or
@@ -70,7 +71,7 @@ class Buckets:
 
 
 class DecodeState(NamedTuple):
-  """Everything the decode loop carries; N = S - P generated-token slots."""
+  """Everything the decode loop carries; row b continues prompt b // R (R = B / U)."""
 
   cache: decode_lib.KVCache
   logits_BxV: jax.Array  # Next-token logits (from the last fed token).
@@ -79,13 +80,19 @@ class DecodeState(NamedTuple):
   lengths_B: jax.Array  # Tokens generated per row (EOS included).
   done_B: jax.Array
   step: jax.Array  # Tokens generated so far by every not-done row.
-  pads_B: jax.Array  # Left padding of each prompt.
+  pads_U: jax.Array  # Left padding of each prompt.
 
 
 def _batch_axes(mesh, batch: int):
   """The mesh axes the batch is laid over (`parallel.batch_spec`), or None."""
   spec = parallel.batch_spec(mesh, batch) if mesh is not None else ()
   return spec[0] if len(spec) else None
+
+
+def _rows_per_device(mesh, rows: int) -> int:
+  axes = _batch_axes(mesh, rows)
+  axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
+  return rows // int(np.prod([mesh.shape[a] for a in axes]))
 
 
 def _put(x, mesh, rows: int):
@@ -99,17 +106,14 @@ def _constrain(x, mesh, spec):
 
 
 @functools.partial(jax.jit, static_argnames=("config", "new_len", "cache_dtype", "mesh"))
-def _prefill(params, tokens_UxP, pads_U, rows_B, done_B, *, config: ModelConfig, new_len: int,
+def _prefill(params, tokens_UxP, pads_U, done_B, *, config: ModelConfig, new_len: int,
              cache_dtype, mesh=None) -> DecodeState:
-  """Prefills U prompts; row b of the batch continues prompt `rows_B[b]` (None: prompt b)."""
+  """Prefills U prompts; the B rows of the batch continue them, R = B / U rows each."""
   u, p = tokens_UxP.shape
-  b = u if rows_B is None else rows_B.shape[0]
-  pick = (lambda x: x) if rows_B is None else (lambda x: jnp.take(x, rows_B, axis=0))
+  b = done_B.shape[0]
   heads = None
   if mesh is not None and config.num_kv_heads % mesh.shape["tensor"] == 0:
     heads = "tensor"
-  # The prefill cache holds the prompt slots only: the decode slots are added when the
-  # cache is copied into the decode layout, so prefill attention never reads them.
   cache = qwen3.init_cache(config, u, p, cache_dtype)
   cache = qwen3.KVCache(*(_constrain(x, mesh, P(None, _batch_axes(mesh, u), heads))
                           for x in cache))
@@ -117,30 +121,33 @@ def _prefill(params, tokens_UxP, pads_U, rows_B, done_B, *, config: ModelConfig,
   positions_UxP = jnp.maximum(jnp.arange(p)[None, :] - pads_U[:, None], 0)
   hidden_UxPxD, cache = qwen3.forward(config, params, tokens_UxP, positions_UxP, kv_mask_UxP,
                                       cache, 0)
-  # The decode loop keeps one cache array per layer (see `decode`): split once here.
-  batch_axes = _batch_axes(mesh, b)
-  cache = jax.tree.map(lambda x: _constrain(x, mesh, P(batch_axes, heads)),
-                       decode_lib.from_stacked(cache, p + new_len, rows_B))
-  # Left padding puts every row's last prompt token in the last column.
+  # The decode loop keeps one array per layer (see `decode`): split once here.
+  cache = decode_lib.from_stacked(cache, new_len, b)
+  prefix_spec, rows_spec = P(_batch_axes(mesh, u), heads), P(_batch_axes(mesh, b), heads)
+  cache = decode_lib.KVCache(*(jax.tree.map(lambda x, spec=spec: _constrain(x, mesh, spec), part)
+                               for part, spec in zip(cache, (prefix_spec, prefix_spec,
+                                                             rows_spec, rows_spec))))
+  # Left padding puts every prompt's last token in the last column.
   logits_UxV = qwen3.unembed(config, params, hidden_UxPxD[:, -1:])[:, 0]
   return DecodeState(
       cache=cache,
-      logits_BxV=pick(logits_UxV),
+      logits_BxV=jnp.repeat(logits_UxV, b // u, axis=0),
       tokens_BxN=jnp.zeros((b, new_len), jnp.int32),
       logprobs_BxN=jnp.zeros((b, new_len), jnp.float32),
       lengths_B=jnp.zeros((b,), jnp.int32),
       done_B=done_B,
       step=jnp.int32(0),
-      pads_B=pick(pads_U),
+      pads_U=pads_U,
   )
 
 
 @functools.partial(jax.jit, static_argnames=("config",), donate_argnames=("state",))
 def _decode(params, state: DecodeState, stop_at, max_new, sampling: strategies.SamplingParams,
             eos_E, key, *, config: ModelConfig) -> DecodeState:
-  p = state.cache.max_len - state.tokens_BxN.shape[1]
-  s = state.cache.max_len
-  kv_mask_BxS = jnp.arange(s)[None, :] >= state.pads_B[:, None]
+  p = state.cache.prefix_k_UxKxDhxP[0].shape[-1]
+  b, u = state.done_B.shape[0], state.pads_U.shape[0]
+  prefix_mask_UxP = jnp.arange(p)[None, :] >= state.pads_U[:, None]
+  prompt_len_B = jnp.repeat(p - state.pads_U, b // u)
   # Sliced once per call, outside the loop: slicing stacked weights inside it copies
   # every layer's weights on every step.
   layers = decode_lib.unstack_layers(params)
@@ -153,9 +160,9 @@ def _decode(params, state: DecodeState, stop_at, max_new, sampling: strategies.S
     tok_B, lp_B = strategies.sample(jax.random.fold_in(key, i), st.logits_BxV, sampling)
     active_B = ~st.done_B
     done_B = st.done_B | jnp.any(tok_B[:, None] == eos_E[None, :], axis=-1) | (i + 1 >= max_new)
-    positions_Bx1 = (p - st.pads_B + i)[:, None]
-    hidden_Bx1xD, cache = decode_lib.decode_step(config, params, tok_B[:, None], positions_Bx1,
-                                                 kv_mask_BxS, st.cache, p + i, layers)
+    hidden_Bx1xD, cache = decode_lib.decode_step(config, params, tok_B[:, None],
+                                                 (prompt_len_B + i)[:, None], prefix_mask_UxP,
+                                                 st.cache, i, layers)
     return DecodeState(
         cache=cache,
         logits_BxV=qwen3.unembed(config, params, hidden_Bx1xD)[:, 0],
@@ -164,7 +171,7 @@ def _decode(params, state: DecodeState, stop_at, max_new, sampling: strategies.S
         lengths_B=jnp.where(active_B, i + 1, st.lengths_B),
         done_B=done_B,
         step=i + 1,
-        pads_B=st.pads_B,
+        pads_U=st.pads_U,
     )
 
   return jax.lax.while_loop(cond, body, state)
@@ -191,9 +198,10 @@ class Sampler:
     """`max_rows` > 0 samples longer prompt lists in consecutive slices of that many rows:
     the KV cache of one slice, not of the whole list, must fit (`python -m rlsvr.plan`).
 
-    `share_prompts` prefills each distinct prompt of a call once and copies its cache
-    to every row that repeats it (GRPO groups, a game's detectors); off, every row is
-    prefilled on its own (same outputs up to float rounding).
+    `share_prompts`: when every distinct prompt of a call repeats equally often
+    (GRPO groups, a game's detectors), prefill each once and let its rows share
+    its prompt cache; off, every row is prefilled and cached on its own (same
+    outputs up to float rounding).
     """
     if max_rows < 0:
       raise ValueError(f"max_rows must be >= 0, got {max_rows}")
@@ -259,31 +267,38 @@ class Sampler:
       raise ValueError(f"at most {_MAX_EOS_IDS} eos ids, got {len(eos_ids)}")
     stops = StopStrings(stop_strings, self.tokenizer)
     n = len(prompts)
-    b = Buckets.pick(n, self.buckets.batch, "batch size")
     p = Buckets.pick(max(len(x) for x in prompts), self.buckets.prompt, "prompt length")
     new_len = Buckets.pick(max_new_tokens, self.buckets.new_tokens, "max_new_tokens")
-    # Rows that share a prompt (a GRPO group, the detectors of one game) share its prefill.
+    mesh = parallel.mesh_of(params)
+    mesh = mesh if mesh is not None and mesh.size > 1 else None  # one device: nothing to lay
+    # When every distinct prompt repeats R > 1 times (GRPO groups, a game's detectors),
+    # each is prefilled once and its R rows, made consecutive, share its prefix cache;
+    # unless that gives a device more prompts to prefill than rows of its own (too few
+    # prompts to split over the mesh: the prefill would be replicated).
     distinct: dict[tuple[int, ...], int] = {}
-    rows = [distinct.setdefault(tuple(x), len(distinct)) for x in prompts]
-    share = self.share_prompts and len(distinct) < n
-    prefilled = list(distinct) if share else prompts
+    groups = np.array([distinct.setdefault(tuple(x), len(distinct)) for x in prompts])
+    counts = set(np.bincount(groups).tolist())
+    r = counts.pop() if self.share_prompts and len(counts) == 1 else 1
+    unshared = Buckets.pick(n, self.buckets.batch, "batch size")
+    if r > 1 and _rows_per_device(mesh, Buckets.pick(len(distinct), self.buckets.batch,
+                                                     "batch size")) > _rows_per_device(
+                                                         mesh, unshared):
+      r = 1
+    order = np.argsort(groups, kind="stable") if r > 1 else np.arange(n)
+    prefilled = list(distinct) if r > 1 else prompts
     u = Buckets.pick(len(prefilled), self.buckets.batch, "batch size")
+    b = u * r
     tokens_UxP = np.zeros((u, p), np.int32)
     pads_U = np.full((u,), p - 1, np.int32)  # Batch-padding rows: a 1-token prompt.
     for row, prompt in enumerate(prefilled):
       tokens_UxP[row, p - len(prompt):] = prompt
       pads_U[row] = p - len(prompt)
-    # Batch-padding rows continue prompt 0; they are done from the start.
-    rows_B = np.array(rows + [0] * (b - n), np.int32) if share else None
     done_B = np.arange(b) >= n  # Batch-padding rows never hold the loop open.
-    mesh = parallel.mesh_of(params)
-    mesh = mesh if mesh is not None and mesh.size > 1 else None  # one device: nothing to lay
     if mesh is not None:
       tokens_UxP, pads_U = (_put(x, mesh, u) for x in (tokens_UxP, pads_U))
-      rows_B, done_B = (None if x is None else _put(x, mesh, b) for x in (rows_B, done_B))
-    state = _prefill(params, tokens_UxP, pads_U, rows_B, done_B, config=self.config,
-                     new_len=new_len, mesh=mesh,
-                     cache_dtype=self.cache_dtype or jax.tree.leaves(params)[0].dtype)
+      done_B = _put(done_B, mesh, b)
+    state = _prefill(params, tokens_UxP, pads_U, done_B, config=self.config, new_len=new_len,
+                     mesh=mesh, cache_dtype=self.cache_dtype or jax.tree.leaves(params)[0].dtype)
     eos_E = jnp.asarray(list(eos_ids) + [-1] * (_MAX_EOS_IDS - len(eos_ids)), jnp.int32)
     chunk = self.chunk_size if stops else max_new_tokens
     stopped = {}  # row -> kept length, for rows cut at a stop string
@@ -305,7 +320,11 @@ class Sampler:
         state = state._replace(done_B=jnp.asarray(done_B))
       if done_B[:n].all() or step >= max_new_tokens:
         break
-    return self._completions(state, n, eos_ids, stopped)
+    completions = self._completions(state, n, eos_ids, stopped)
+    out = [None] * n
+    for row, completion in zip(order, completions):
+      out[row] = completion
+    return out
 
   @staticmethod
   def _completions(state: DecodeState, n: int, eos_ids, stopped) -> list[Completion]:

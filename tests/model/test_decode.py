@@ -8,60 +8,59 @@ from rlsvr.model import decode, qwen3
 from tests.model.hf_reference import left_padded
 
 
-def test_decode_step_equals_forward_one_token_at_a_time(tiny_qwen3):
+@pytest.mark.parametrize("rows_per_prompt", [1, 3])
+def test_decode_step_equals_forward_one_token_at_a_time(tiny_qwen3, rows_per_prompt):
+  """Rows continuing a shared prompt prefix, each with its own tokens, equal a plain forward
+  of (prompt + that row's tokens) with a cache of its own."""
   _, config, params = tiny_qwen3
-  tokens, mask = left_padded([40, 25], config.vocab_size, seed=5)
-  prompt_len, max_len = 30, 96  # Three chunks: the steps cross from the first into the second.
-  kv_mask = np.concatenate([mask, np.ones((2, max_len - mask.shape[1]), np.int64)], axis=1)
+  r, prompt_len, new_len = rows_per_prompt, 30, 70  # Two chunks of 35 generated slots.
+  prompts, prompt_mask = left_padded([30, 17], config.vocab_size, seed=5)
+  own, _ = left_padded([new_len] * 2 * r, config.vocab_size, seed=6)
+  tokens = np.concatenate([np.repeat(prompts, r, axis=0), own], axis=1)  # Row b: prompt b // r.
+  mask = np.concatenate([np.repeat(prompt_mask, r, axis=0), np.ones_like(own)], axis=1)
   positions = np.asarray(qwen3.positions_from_mask(mask))
   fwd = jax.jit(qwen3.forward, static_argnums=0)
   step = jax.jit(decode.decode_step, static_argnums=0)
-  _, ref_cache = fwd(config, params, tokens[:, :prompt_len], positions[:, :prompt_len], kv_mask,
-                     qwen3.init_cache(config, 2, max_len), 0)
-  cache = decode.from_stacked(ref_cache)
-  assert cache.chunk_lens == (32, 32, 32)
+  _, prefill = fwd(config, params, prompts, positions[::r, :prompt_len], prompt_mask,
+                   qwen3.init_cache(config, 2, prompt_len), 0)
+  cache = decode.from_stacked(prefill, new_len, batch=2 * r)
+  assert cache.chunk_lens == (35, 35)
+  _, ref_cache = fwd(config, params, tokens[:, :prompt_len], positions[:, :prompt_len], mask,
+                     qwen3.init_cache(config, 2 * r, tokens.shape[1]), 0)
   layers = decode.unstack_layers(params)
-  for t in range(prompt_len, tokens.shape[1]):
-    args = (tokens[:, t:t + 1], positions[:, t:t + 1], kv_mask)
+  for i in range(new_len):
+    t = prompt_len + i
+    args = (tokens[:, t:t + 1], positions[:, t:t + 1])
     # Alternate the two ways of passing the weights: both must give the same step.
-    h, cache = step(config, params, *args, cache, t, layers if t % 2 else None)
-    h_ref, ref_cache = fwd(config, params, *args, ref_cache, t)
+    h, cache = step(config, params, *args, prompt_mask.astype(bool), cache, i,
+                    layers if i % 2 else None)
+    h_ref, ref_cache = fwd(config, params, *args, mask, ref_cache, t)
     np.testing.assert_allclose(h, h_ref, atol=2e-5, rtol=0)
   assert np.abs(np.asarray(h_ref)).max() > 0.1  # The comparison is not between near-zeros.
   for i in range(config.num_layers):
-    np.testing.assert_allclose(np.concatenate(cache.k_BxKxDhxC[i], -1), ref_cache.k_LxBxKxDhxS[i],
-                               atol=1e-5)
-    np.testing.assert_allclose(np.concatenate(cache.v_BxKxCxDh[i], -2), ref_cache.v_LxBxKxSxDh[i],
-                               atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(cache.k_BxKxDhxC[i], -1),
+                               ref_cache.k_LxBxKxDhxS[i][..., prompt_len:], atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(cache.v_BxKxCxDh[i], -2),
+                               ref_cache.v_LxBxKxSxDh[i][:, :, prompt_len:], atol=1e-5)
 
 
-def test_cache_layout_matches_the_stacked_cache(tiny_qwen3):
-  _, config, _ = tiny_qwen3
-  stacked = qwen3.init_cache(config, batch=3, max_len=20, dtype=jnp.bfloat16)
-  cache = decode.init_cache(config, batch=3, max_len=20, dtype=jnp.bfloat16)
-  assert cache.max_len == stacked.max_len == 20
-  split = decode.from_stacked(stacked)
-  assert len(cache.k_BxKxDhxC) == len(split.v_BxKxCxDh) == config.num_layers
-  assert jax.tree.map(lambda x: (x.shape, x.dtype), cache) == jax.tree.map(
-      lambda x: (x.shape, x.dtype), split)
-
-
-def test_from_stacked_adds_empty_decode_slots_and_picks_rows(tiny_qwen3):
+def test_from_stacked_keeps_one_prefix_per_prompt_and_empty_row_slots(tiny_qwen3):
   _, config, _ = tiny_qwen3
   rng = np.random.default_rng(0)
-  stacked = qwen3.KVCache(*(jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+  stacked = qwen3.KVCache(*(jnp.asarray(rng.normal(size=x.shape), jnp.bfloat16)
                             for x in qwen3.init_cache(config, batch=2, max_len=20)))
-  rows = np.array([1, 1, 0])
-  cache = decode.from_stacked(stacked, max_len=70, rows_B=rows)
-  assert cache.max_len == 70 and cache.chunk_lens == (35, 35)
+  cache = decode.from_stacked(stacked, new_len=70, batch=6)
+  fresh = decode.init_cache(config, batch=6, new_len=70, dtype=jnp.bfloat16)
+  assert cache.new_len == 70 and cache.chunk_lens == (35, 35)
+  assert fresh.prefix_k_UxKxDhxP == () and len(cache.k_BxKxDhxC) == config.num_layers
+  same_layout = lambda c: jax.tree.map(lambda x: (x.shape, x.dtype), (c.k_BxKxDhxC, c.v_BxKxCxDh))
+  assert same_layout(cache) == same_layout(fresh)
   for i in range(config.num_layers):
-    k = np.concatenate(cache.k_BxKxDhxC[i], -1)
-    v = np.concatenate(cache.v_BxKxCxDh[i], -2)
-    np.testing.assert_array_equal(k[..., :20], np.asarray(stacked.k_LxBxKxDhxS[i])[rows])
-    np.testing.assert_array_equal(v[:, :, :20], np.asarray(stacked.v_LxBxKxSxDh[i])[rows])
-    assert not k[..., 20:].any() and not v[:, :, 20:].any()
-  with pytest.raises(ValueError, match="shorter"):
-    decode.from_stacked(stacked, max_len=19)
+    np.testing.assert_array_equal(cache.prefix_k_UxKxDhxP[i], stacked.k_LxBxKxDhxS[i])
+    np.testing.assert_array_equal(cache.prefix_v_UxKxPxDh[i], stacked.v_LxBxKxSxDh[i])
+    assert not any(np.asarray(x).any() for x in cache.k_BxKxDhxC[i] + cache.v_BxKxCxDh[i])
+  with pytest.raises(ValueError, match="cannot continue"):
+    decode.from_stacked(stacked, new_len=70, batch=3)
 
 
 def test_decode_loop_copies_no_weights_or_cache(tiny_qwen3):
@@ -71,7 +70,7 @@ def test_decode_loop_copies_no_weights_or_cache(tiny_qwen3):
   layer's weights and cache per step; here nothing of that size is copied in the loop.
   """
   _, config, params = tiny_qwen3
-  batch, max_len = 2, 32
+  prompts, batch, new_len = 2, 4, 32
 
   def loop(params, cache):
     layers = decode.unstack_layers(params)
@@ -79,12 +78,12 @@ def test_decode_loop_copies_no_weights_or_cache(tiny_qwen3):
     def body(i, carry):
       tok_B, cache = carry
       h, cache = decode.decode_step(config, params, tok_B[:, None], jnp.full((batch, 1), i),
-                                    jnp.ones((batch, max_len), bool), cache, i, layers)
+                                    jnp.ones((prompts, 16), bool), cache, i, layers)
       return jnp.argmax(qwen3.unembed(config, params, h)[:, 0], -1).astype(jnp.int32), cache
 
-    return jax.lax.fori_loop(0, max_len, body, (jnp.zeros((batch,), jnp.int32), cache))
+    return jax.lax.fori_loop(0, new_len, body, (jnp.zeros((batch,), jnp.int32), cache))
 
-  cache = decode.init_cache(config, batch, max_len)
+  cache = decode.from_stacked(qwen3.init_cache(config, prompts, 16), new_len, batch)
   hlo = jax.jit(loop, donate_argnums=1).lower(params, cache).compile().as_text()
   layer_weights = [x[0] for x in jax.tree.leaves(params["layers"]) if x.ndim > 2]
   smallest = min(x.size for x in jax.tree.leaves((layer_weights, cache)))

@@ -193,16 +193,25 @@ def prefill_rows(monkeypatch):
 
 def test_rows_sharing_a_prompt_share_its_prefill(tiny, prompts, greedy, prefill_rows):
   _, config, params = tiny
-  order = [2, 0, 2, 2]  # Batch bucket 4, two distinct prompts: a prefill of 2 rows.
-  batch = [prompts[i] for i in order]
-  shared = Sampler(config)(params, batch, max_new_tokens=NEW, temperature=0.0)
-  apart = Sampler(config, share_prompts=False)(params, batch, max_new_tokens=NEW,
-                                                temperature=0.0)
-  assert prefill_rows == [2, 4]
-  for out in (shared, apart):
-    assert [c.ids for c in out] == [greedy[i].ids for i in order]
-    np.testing.assert_allclose([c.logprobs for c in out], [greedy[i].logprobs for i in order],
+  order = [2, 0, 2, 0]  # Two prompts, two rows each: a prefill of 2 rows.
+  uneven = [2, 0, 2, 2]  # Not every prompt repeats equally: every row is prefilled.
+  outputs = [Sampler(config, share_prompts=share)(
+      params, [prompts[i] for i in rows], max_new_tokens=NEW, temperature=0.0)
+             for share, rows in ((True, order), (False, order), (True, uneven))]
+  assert prefill_rows == [2, 4, 4]
+  for out, rows in zip(outputs, (order, order, uneven)):
+    assert [c.ids for c in out] == [greedy[i].ids for i in rows]
+    np.testing.assert_allclose([c.logprobs for c in out], [greedy[i].logprobs for i in rows],
                                atol=1e-5)
+  # Stop strings are checked per row in the sampler's (grouped) order, reported in the caller's.
+  batch = [prompts[i] for i in order]
+  stop = LetterTokenizer().decode(greedy[0].ids)[10:12]
+  stopped = [Sampler(config, tokenizer=LetterTokenizer(), share_prompts=share)(
+      params, batch, max_new_tokens=NEW, temperature=0.0, stop_strings=[stop])
+             for share in (True, False)]
+  assert [(c.ids, c.finish_reason) for c in stopped[0]] == [
+      (c.ids, c.finish_reason) for c in stopped[1]]
+  assert stopped[0][1].finish_reason == "stop" and len(stopped[0][1].ids) <= 12
   # Sampling: each row draws its own tokens from the shared prompt's distribution.
   sampled = Sampler(config, seed=2)(params, batch, max_new_tokens=NEW, temperature=1.0)
   assert len({c.ids for c in sampled}) == len(sampled)
@@ -211,17 +220,18 @@ def test_rows_sharing_a_prompt_share_its_prefill(tiny, prompts, greedy, prefill_
         np.arange(len(c.ids)), list(c.ids)], atol=1e-4)
 
 
-def test_multi_turn_continues_each_conversation(tiny, prompts):
+def test_prompts_too_few_to_split_over_the_mesh_are_not_shared(tiny, prefill_rows):
+  """Sharing 4 prompts on data=8 would prefill all 4 on every device (one row each unshared)."""
   _, config, params = tiny
+  sharded = parallel.shard_params(params, parallel.make_mesh({"data": 8}))
+  rng = np.random.default_rng(3)
+  few, many = ([rng.integers(1, 500, 6).tolist() for _ in range(k)] for k in (4, 8))
   sampler = Sampler(config)
-  histories = [list(prompts[0]), list(prompts[2])]
-  turns = [[7], [8, 9]]  # Stays in the (batch 2, prompt 16) bucket compiled above.
-  out, new_histories = sampler.continue_conversations(params, histories, turns,
-                                                      max_new_tokens=NEW, temperature=0.0)
-  direct = sampler(params, [h + t for h, t in zip(histories, turns)], max_new_tokens=NEW,
-                   temperature=0.0)
-  assert out == direct
-  assert new_histories == [h + t + list(c.ids) for h, t, c in zip(histories, turns, out)]
+  for distinct in (few, many):
+    out = sampler(sharded, [x for x in distinct for _ in range(2)], max_new_tokens=8,
+                  temperature=0.0)
+    assert [c.ids for c in out[::2]] == [c.ids for c in out[1::2]]
+  assert prefill_rows == [8, 8]  # 8 rows unshared; 8 prompts (one per device) shared.
 
 
 @pytest.mark.parametrize("kwargs,match", [
