@@ -35,8 +35,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.sampling.top_p = 1.0  # Nucleus sampling mass.
   c.sampling.top_k = 0  # 0 disables top-k.
   # Rows per compiled sampler call (0: all of a call at once); longer lists run in slices.
-  # Bounds the KV cache, which at long prompts is what decides whether sampling fits.
   c.sampling.max_rows = 0
+  # KV-cache token slots per sampler slice (0: no limit): P per distinct prompt (rows that
+  # repeat a prompt share it) + N per row. Slices are cut to fit it: at long prompts the
+  # cache decides whether sampling fits (`python -m rlsvr.plan`).
+  c.sampling.max_cache_tokens = 0
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.lr = 1e-6  # AdamW learning rate (paper).
@@ -86,6 +89,7 @@ def run_locally(c: ml_collections.ConfigDict, source: str, tokenizer: str = "") 
   c.model.dtype = "float32"  # XLA:CPU runs fp32 faster than bf16.
   c.mesh.shape = {"data": 1, "fsdp": 1, "tensor": 1}
   c.sampling.max_rows = 0  # Small games: every row of a call at once.
+  c.sampling.max_cache_tokens = 0
   c.grpo.lr = 1e-5  # A visible change within a few steps of a small model.
   # Bounds activation memory (the attention scores of long prompts) on a 24 GB host.
   c.grpo.micro_batch_size = 4

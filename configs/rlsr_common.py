@@ -39,9 +39,9 @@ def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   c.rlsr.judge_repeat = False  # delayed: copy again every judge_delay_steps.
   c.rlsr.policy_max_new_tokens = 2048  # Answer length (paper 2048).
   c.rlsr.judge_max_new_tokens = 1024  # Judge response length.
-  # Rows per sampler slice: the judge's 512 prompts at once need ~140 GB per device on
-  # 8 x 80 GB; 128 rows need ~47 (`python -m rlsvr.plan`).
-  c.sampling.max_rows = 128
+  # Cache slots per sampler slice: the judge's 512 prompts at once need ~140 GB per device
+  # on 8 x 80 GB; 640 Ki slots (128 judge rows of 4096 + 1024) fit (`python -m rlsvr.plan`).
+  c.sampling.max_cache_tokens = 640 * 1024
   c.rlsr.symbolic_timeout_s = 2.0  # Integration verifier limits (metrics only).
   c.rlsr.numeric_timeout_s = 5.0
   c.judge = ml_collections.ConfigDict()

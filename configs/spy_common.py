@@ -52,9 +52,10 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   # follow the format instructions; not the paper's setting.
   c.spy.answer_prefill = False
   c.data.source = "bundled" if "bundled" in variants else "hub"
-  # 16 rows (2 per device of an 8-GPU node) per sampler slice: at 40k-token detection
-  # prompts the KV cache and prefill of more rows do not fit 80 GB (`python -m rlsvr.plan`).
-  c.sampling.max_rows = 16
+  # 640 Ki cache slots per sampler slice on an 8-GPU node: 16 player rows (P=24576 +
+  # N=4096 each), 64 detector rows (8 shared 40k-token prompts + 64 x 4096); more do not
+  # fit 80 GB (`python -m rlsvr.plan`).
+  c.sampling.max_cache_tokens = 640 * 1024
 
   if "cpu" in variants:
     # Sized for ~10 minutes on 2 CPU cores: the train step over the detection prompts

@@ -48,7 +48,7 @@ class _Items:
 
 def call_sampling(c) -> dict[str, Any]:
   """The per-call sampling arguments (temperature, top_p, top_k) of `c.sampling`."""
-  return {k: v for k, v in c.sampling.items() if k != "max_rows"}
+  return {k: v for k, v in c.sampling.items() if k not in ("max_rows", "max_cache_tokens")}
 
 
 def spy_game_config(c):
@@ -161,7 +161,8 @@ class SelfJudgeExperiment:
     else:
       jconfig, jtok, self.judge_params = model_config, tokenizer, initial_params
     self.judge_sampler = Sampler(jconfig, eos_ids=[jtok.eos_token_id], tokenizer=jtok,
-                                 max_rows=c.sampling.max_rows)
+                                 max_rows=c.sampling.max_rows,
+                                 max_cache_tokens=c.sampling.max_cache_tokens)
     self.env = SelfJudgeEnv(cfg, tokenizer, judge_tokenizer=jtok)
     self.items = _Items(rlsr_problems(c), c.rlsr.problems_per_step, c.seed)
 

@@ -172,8 +172,9 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
   for name, rows, _, new, is_judge, per_prompt in calls:
     mm = (judge_m or m) if is_judge else m
     comps += sample_phase(name, rows, prompt_len[name], new, mm, pb, nb, t,
-                          gathered if mm is m else 0, c.sampling.max_rows, DEFAULT_BLOCK,
-                          per_prompt)
+                          gathered if mm is m else 0, DEFAULT_BLOCK, max_rows=c.sampling.max_rows,
+                          max_cache_tokens=c.sampling.max_cache_tokens,
+                          per_prompt=per_prompt)
   mb_cfg = c.grpo.micro_batch_size
   for name, rows, prompts_of, new in steps:
     p, cl = batch_bucket(max(prompt_len[call] for call in prompts_of)), batch_bucket(new)

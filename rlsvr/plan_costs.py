@@ -61,7 +61,7 @@ class Component:
 
 def sampler_bucket(n: int, kind: str) -> int:
   """The padded size the sampler compiles for ("batch", "prompt" or "new_tokens")."""
-  from rlsvr.sampling.sampler import Buckets  # noqa: PLC0415
+  from rlsvr.sampling.layout import Buckets  # noqa: PLC0415 (rlsvr.sampling imports jax)
 
   return Buckets.pick(n, getattr(Buckets(), kind), kind)
 
@@ -138,27 +138,28 @@ def train_activations(m: ModelConfig, rows: int, seq: int, completion: int, cb: 
 
 
 def sample_phase(name, rows, prompt, new, m: ModelConfig, pb: int, nb: int, t: int,
-                 gathered: int, max_rows: int, block: int, per_prompt: int = 1) -> list[Component]:
-  """One sampler call (or, with `max_rows`, one slice of it): its KV cache (exact), the
-  larger of the prefill's working set and the prefix's split into per-layer arrays, and
-  the per-layer copy of the weights the decode loop reads (all estimates but the cache).
+                 gathered: int, block: int, *, max_rows: int = 0, max_cache_tokens: int = 0,
+                 per_prompt: int = 1) -> list[Component]:
+  """One slice of a sampler call (`rlsvr.sampling.layout`, as the sampler cuts it): its KV
+  cache (exact), the larger of the prefill's working set and the prefix's split into
+  per-layer arrays, and the per-layer copy of the weights the decode loop reads (all
+  estimates but the cache).
 
   `per_prompt` rows continue each prompt (GRPO group, detectors): the sampler keeps one
   prompt prefix per prompt when a slice holds whole groups and the prompts split over
   the mesh at least as well as the rows.
   """
-  b = min(rows, max_rows or rows)
-  r = per_prompt if per_prompt > 1 and b % per_prompt == 0 else 1
-  if r > 1 and _split(sampler_bucket(b // r, "batch"), nb) > _split(sampler_bucket(b, "batch"),
-                                                                   nb):
-    r = 1  # As the sampler: no sharing that would replicate the prefill over the mesh.
-  u = sampler_bucket(b // r, "batch")
-  b = u * r
+  from rlsvr.sampling import layout  # noqa: PLC0415 (rlsvr.sampling imports jax)
+
+  per_device = lambda x: _split(x, nb)
+  k = layout.slice_rows(rows, per_prompt, prompt, new, max_rows=max_rows,
+                        max_cache_tokens=max_cache_tokens, share=True, rows_per_device=per_device)
+  r, u, b = layout.layout(k, per_prompt if k % per_prompt == 0 else 1, True, per_device)
   p, n = sampler_bucket(prompt, "prompt"), sampler_bucket(new, "new_tokens")
   bd, ud, kd = _split(b, nb), _split(u, nb), _split(m.num_kv_heads, t)
   how = (f"batch/{nb} (data·fsdp)" if bd < b else "batch whole") + (
       f", kv heads/{t}" if kd < m.num_kv_heads else "")
-  calls = f", {-(-rows // b)} slices" if b < rows else ""
+  calls = f", {-(-rows // k)} slices" if k < rows else ""
   shared = f", {u} prompts x {r}" if r > 1 else ""
   phase = f"sample: {name} (B={b}{shared}{calls}, P={p}, N={n})"
   lin, heads = _layer_terms(m, t)

@@ -101,7 +101,8 @@ def train(c, workdir: str) -> dict[str, Any]:
   if isinstance(model_config.eos_token_id, int):
     eos.add(model_config.eos_token_id)
   sampler = Sampler(model_config, eos_ids=sorted(e for e in eos if e is not None),
-                    tokenizer=tokenizer, max_rows=c.sampling.max_rows)
+                    tokenizer=tokenizer, max_rows=c.sampling.max_rows,
+                    max_cache_tokens=c.sampling.max_cache_tokens)
   writer = metrics.MetricsWriter(workdir, c.steps, tensorboard=c.log.tensorboard,
                                  wandb_project=c.log.wandb_project, run_config=c.to_dict(),
                                  enabled=lead)

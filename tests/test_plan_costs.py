@@ -57,7 +57,7 @@ def test_rows_sharing_a_prompt_count_its_prefix_once():
   m = TINY_QWEN3
   per_slot = 2 * m.num_layers * m.num_kv_heads * m.head_dim * 4
   kv = lambda **kw: component_named(plan_costs.sample_phase(
-      "detectors", 16, 1000, 100, m, 4, 1, 1, 0, block=512, **kw), "KV cache")
+      "detectors", 16, 1000, 100, m, 4, 1, 1, 0, 512, **kw), "KV cache")
   shared = kv(max_rows=0, per_prompt=8)  # 2 prompts of P=1024, 16 rows of N=128.
   assert shared.bytes == per_slot * (2 * 1024 + 16 * 128)
   assert "2 prompts x 8" in shared.phase
@@ -67,7 +67,7 @@ def test_rows_sharing_a_prompt_count_its_prefix_once():
   # On data=8, 4 prompts would be prefilled whole on every device (2 rows each unshared):
   # the sampler does not share. 2 prompts (as many per device as rows) it does share.
   on_8 = lambda per_prompt: component_named(plan_costs.sample_phase(
-      "detectors", 16, 1000, 100, m, 4, 8, 1, 0, 0, 512, per_prompt=per_prompt), "KV cache")
+      "detectors", 16, 1000, 100, m, 4, 8, 1, 0, 512, per_prompt=per_prompt), "KV cache")
   assert on_8(4).bytes == per_slot * 2 * (1024 + 128) and "prompts" not in on_8(4).phase
   assert on_8(8).bytes == per_slot * (2 * 1024 + 2 * 128) and "2 prompts x 8" in on_8(8).phase
 

@@ -1,6 +1,7 @@
 """Jitted KV-cache sampling: `generate`, the reusable `Sampler`, sampling strategies."""
 from rlsvr.sampling.completion import FINISH_REASONS, Completion
-from rlsvr.sampling.sampler import Buckets, Sampler, compile_count, generate
+from rlsvr.sampling.layout import Buckets
+from rlsvr.sampling.sampler import Sampler, compile_count, generate
 from rlsvr.sampling.strategies import (Ancestral, Greedy, SamplingParams, Strategy, TopK, TopP,
                                        log_probs, sample)
 

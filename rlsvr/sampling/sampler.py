@@ -29,7 +29,6 @@ lays the batch over the mesh's data/fsdp axes and the cache's KV heads over
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, NamedTuple, Sequence
 
@@ -43,33 +42,11 @@ from rlsvr.model import decode as decode_lib
 from rlsvr.model import qwen3
 from rlsvr.model.config import ModelConfig
 from rlsvr.sampling import strategies
+from rlsvr.sampling.layout import Buckets, layout, slice_rows
 from rlsvr.sampling.completion import Completion
 from rlsvr.sampling.stop import StopStrings
 
 _MAX_EOS_IDS = 8  # EOS ids travel as a fixed-size traced array, padded with -1.
-_POW2 = tuple(2**i for i in range(21))
-# Long prompts (the spy detectors read a whole document and every player's output) in
-# steps of 4096 above 8192, as the train batch (`rl.batch.bucket`): a power of two would
-# pad a 40k-token prompt to 64k, and the KV cache and prefill grow with the padded length.
-_PROMPTS = tuple(b for b in _POW2 if 16 <= b <= 8192) + tuple(range(12288, 2**20 + 1, 4096))
-
-
-@dataclasses.dataclass(frozen=True)
-class Buckets:
-  """Allowed padded sizes; a size is rounded up to the smallest bucket >= it."""
-
-  batch: tuple[int, ...] = _POW2
-  prompt: tuple[int, ...] = _PROMPTS
-  new_tokens: tuple[int, ...] = tuple(b for b in _POW2 if b >= 16)
-
-  @staticmethod
-  def pick(n: int, options: Sequence[int], what: str) -> int:
-    for b in sorted(options):
-      if b >= n:
-        return b
-    raise ValueError(f"{what}={n} exceeds the largest bucket {max(options)}")
-
-
 class DecodeState(NamedTuple):
   """Everything the decode loop carries; row b continues prompt b // R (R = B / U)."""
 
@@ -194,18 +171,22 @@ class Sampler:
   def __init__(self, config: ModelConfig, *, eos_ids: Sequence[int] = (),
                stop_strings: Sequence[str] = (), tokenizer=None, seed: int = 0,
                buckets: Buckets = Buckets(), chunk_size: int = 32, cache_dtype=None,
-               max_rows: int = 0, share_prompts: bool = True):
-    """`max_rows` > 0 samples longer prompt lists in consecutive slices of that many rows:
-    the KV cache of one slice, not of the whole list, must fit (`python -m rlsvr.plan`).
+               max_rows: int = 0, max_cache_tokens: int = 0, share_prompts: bool = True):
+    """`max_rows` > 0 samples longer prompt lists in consecutive slices of at most that
+    many rows, and `max_cache_tokens` > 0 in slices whose KV cache holds at most that
+    many token slots (`slice_rows`): the cache of one slice, not of the whole list,
+    must fit (`python -m rlsvr.plan`).
 
     `share_prompts`: when every distinct prompt of a call repeats equally often
     (GRPO groups, a game's detectors), prefill each once and let its rows share
     its prompt cache; off, every row is prefilled and cached on its own (same
     outputs up to float rounding).
     """
-    if max_rows < 0:
-      raise ValueError(f"max_rows must be >= 0, got {max_rows}")
+    if max_rows < 0 or max_cache_tokens < 0:
+      raise ValueError(f"max_rows and max_cache_tokens must be >= 0, got {max_rows}, "
+                       f"{max_cache_tokens}")
     self.max_rows = max_rows
+    self.max_cache_tokens = max_cache_tokens
     self.share_prompts = share_prompts
     self.config = config
     self.eos_ids = tuple(eos_ids)
@@ -232,12 +213,28 @@ class Sampler:
     args = (max_new_tokens, strategies.SamplingParams.make(temperature, top_p, top_k),
             self.eos_ids if eos_ids is None else tuple(eos_ids),
             self.stop_strings if stop_strings is None else tuple(stop_strings))
-    rows = self.max_rows or max(len(prompts), 1)
+    rows = self._slice_rows(params, prompts, max_new_tokens)
     if len(prompts) <= rows:
       return self._generate(params, prompts, key, *args)
     return [c for i, start in enumerate(range(0, len(prompts), rows))
             for c in self._generate(params, prompts[start:start + rows],
                                     jax.random.fold_in(key, i), *args)]
+
+  def _slice_rows(self, params, prompts, max_new_tokens: int) -> int:
+    if not prompts or not (self.max_rows or self.max_cache_tokens):
+      return max(len(prompts), 1)
+    per_prompt = 1
+    if self.max_cache_tokens and self.share_prompts:  # Runs of equal prompts, as in a GRPO call.
+      first = next((i for i, x in enumerate(prompts) if x != prompts[0]), len(prompts))
+      if len(prompts) % first == 0 and all(
+          prompts[i] == prompts[i - i % first] for i in range(len(prompts))):
+        per_prompt = first
+    mesh = parallel.mesh_of(params)
+    return slice_rows(len(prompts), per_prompt, max(map(len, prompts)), max_new_tokens,
+                      max_rows=self.max_rows, max_cache_tokens=self.max_cache_tokens,
+                      share=self.share_prompts, buckets=self.buckets,
+                      rows_per_device=functools.partial(
+                          _rows_per_device, mesh if mesh is not None and mesh.size > 1 else None))
 
   def continue_conversations(self, params, histories: Sequence[Sequence[int]],
                              new_turns: Sequence[Sequence[int]], **sampling: Any
@@ -272,22 +269,14 @@ class Sampler:
     mesh = parallel.mesh_of(params)
     mesh = mesh if mesh is not None and mesh.size > 1 else None  # one device: nothing to lay
     # When every distinct prompt repeats R > 1 times (GRPO groups, a game's detectors),
-    # each is prefilled once and its R rows, made consecutive, share its prefix cache;
-    # unless that gives a device more prompts to prefill than rows of its own (too few
-    # prompts to split over the mesh: the prefill would be replicated).
+    # each is prefilled once and its R rows, made consecutive, share its prefix cache.
     distinct: dict[tuple[int, ...], int] = {}
     groups = np.array([distinct.setdefault(tuple(x), len(distinct)) for x in prompts])
     counts = set(np.bincount(groups).tolist())
-    r = counts.pop() if self.share_prompts and len(counts) == 1 else 1
-    unshared = Buckets.pick(n, self.buckets.batch, "batch size")
-    if r > 1 and _rows_per_device(mesh, Buckets.pick(len(distinct), self.buckets.batch,
-                                                     "batch size")) > _rows_per_device(
-                                                         mesh, unshared):
-      r = 1
+    r, u, b = layout(n, counts.pop() if len(counts) == 1 else 1, self.share_prompts,
+                     functools.partial(_rows_per_device, mesh), self.buckets)
     order = np.argsort(groups, kind="stable") if r > 1 else np.arange(n)
     prefilled = list(distinct) if r > 1 else prompts
-    u = Buckets.pick(len(prefilled), self.buckets.batch, "batch size")
-    b = u * r
     tokens_UxP = np.zeros((u, p), np.int32)
     pads_U = np.full((u,), p - 1, np.int32)  # Batch-padding rows: a 1-token prompt.
     for row, prompt in enumerate(prefilled):

@@ -220,6 +220,18 @@ def test_rows_sharing_a_prompt_share_its_prefill(tiny, prompts, greedy, prefill_
         np.arange(len(c.ids)), list(c.ids)], atol=1e-4)
 
 
+def test_cache_budget_slices_whole_groups(tiny, prompts, greedy, prefill_rows):
+  _, config, params = tiny
+  order = [0, 0, 1, 1, 2, 2]
+  # P=16, N=64: 2 shared prompts + 4 rows = 288 slots; 3 prompts (bucket 4) + 8 rows do not fit.
+  sampler = Sampler(config, max_cache_tokens=2 * 16 + 4 * 64)
+  out = sampler(params, [prompts[i] for i in order], max_new_tokens=NEW, temperature=0.0)
+  assert prefill_rows == [2, 1]
+  assert [c.ids for c in out] == [greedy[i].ids for i in order]
+  with pytest.raises(ValueError, match="max_cache_tokens"):
+    Sampler(config, max_cache_tokens=-1)
+
+
 def test_prompts_too_few_to_split_over_the_mesh_are_not_shared(tiny, prefill_rows):
   """Sharing 4 prompts on data=8 would prefill all 4 on every device (one row each unshared)."""
   _, config, params = tiny
