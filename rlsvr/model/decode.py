@@ -79,10 +79,10 @@ def chunk_lens(new_len: int) -> tuple[int, ...]:
 
 
 def _new_slots(num_layers: int, batch: int, kv_heads: int, head_dim: int, new_len: int, dtype):
-  lens = chunk_lens(new_len)
+  lens, layers = chunk_lens(new_len), range(num_layers)
   zeros = lambda *shape: jnp.zeros(shape, dtype)
-  return (tuple(tuple(zeros(batch, kv_heads, head_dim, c) for c in lens) for _ in range(num_layers)),
-          tuple(tuple(zeros(batch, kv_heads, c, head_dim) for c in lens) for _ in range(num_layers)))
+  return (tuple(tuple(zeros(batch, kv_heads, head_dim, c) for c in lens) for _ in layers),
+          tuple(tuple(zeros(batch, kv_heads, c, head_dim) for c in lens) for _ in layers))
 
 
 def init_cache(config: ModelConfig, batch: int, new_len: int, dtype=jnp.float32) -> KVCache:

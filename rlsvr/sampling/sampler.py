@@ -11,8 +11,10 @@ one prefill, one copy of the prompt's keys and values, read once per step.
 Prompts are left-padded to a bucketed length P and the distinct prompts to a
 bucketed count U (B = U x R rows); the cache holds P prompt slots per prompt
 and N generated slots per row, N the bucketed `max_new_tokens`, so a training
-run compiles one (prefill, decode) pair per (U, R, P, N) bucket, not per call. Temperature, top-p, top-k, `max_new_tokens`, the EOS ids and the PRNG key
-are traced arguments: changing them never recompiles.
+run compiles one (prefill, decode) pair per (U, R, P, N) bucket, not per call.
+Temperature, top-p, top-k, `max_new_tokens`, the EOS ids and the PRNG key are
+traced arguments: changing them never recompiles. Long calls run in slices
+(`max_rows`, `max_cache_tokens`; see `layout.py`).
 
 The decode loop is a `lax.while_loop` that runs until every row is done (EOS or
 `max_new_tokens`) or until `stop_at`; the host calls it once, or in chunks of
@@ -42,8 +44,8 @@ from rlsvr.model import decode as decode_lib
 from rlsvr.model import qwen3
 from rlsvr.model.config import ModelConfig
 from rlsvr.sampling import strategies
-from rlsvr.sampling.layout import Buckets, layout, slice_rows
 from rlsvr.sampling.completion import Completion
+from rlsvr.sampling.layout import Buckets, layout, slice_rows
 from rlsvr.sampling.stop import StopStrings
 
 _MAX_EOS_IDS = 8  # EOS ids travel as a fixed-size traced array, padded with -1.
@@ -64,6 +66,12 @@ def _batch_axes(mesh, batch: int):
   """The mesh axes the batch is laid over (`parallel.batch_spec`), or None."""
   spec = parallel.batch_spec(mesh, batch) if mesh is not None else ()
   return spec[0] if len(spec) else None
+
+
+def _mesh(params):
+  """The params' mesh, or None on one device (nothing to lay out)."""
+  mesh = parallel.mesh_of(params)
+  return mesh if mesh is not None and mesh.size > 1 else None
 
 
 def _rows_per_device(mesh, rows: int) -> int:
@@ -229,12 +237,10 @@ class Sampler:
       if len(prompts) % first == 0 and all(
           prompts[i] == prompts[i - i % first] for i in range(len(prompts))):
         per_prompt = first
-    mesh = parallel.mesh_of(params)
     return slice_rows(len(prompts), per_prompt, max(map(len, prompts)), max_new_tokens,
                       max_rows=self.max_rows, max_cache_tokens=self.max_cache_tokens,
                       share=self.share_prompts, buckets=self.buckets,
-                      rows_per_device=functools.partial(
-                          _rows_per_device, mesh if mesh is not None and mesh.size > 1 else None))
+                      rows_per_device=functools.partial(_rows_per_device, _mesh(params)))
 
   def continue_conversations(self, params, histories: Sequence[Sequence[int]],
                              new_turns: Sequence[Sequence[int]], **sampling: Any
@@ -266,8 +272,7 @@ class Sampler:
     n = len(prompts)
     p = Buckets.pick(max(len(x) for x in prompts), self.buckets.prompt, "prompt length")
     new_len = Buckets.pick(max_new_tokens, self.buckets.new_tokens, "max_new_tokens")
-    mesh = parallel.mesh_of(params)
-    mesh = mesh if mesh is not None and mesh.size > 1 else None  # one device: nothing to lay
+    mesh = _mesh(params)
     # When every distinct prompt repeats R > 1 times (GRPO groups, a game's detectors),
     # each is prefilled once and its R rows, made consecutive, share its prefix cache.
     distinct: dict[tuple[int, ...], int] = {}
