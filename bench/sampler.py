@@ -14,14 +14,14 @@ rate measured in this run.
   .venv/bin/python bench/sampler.py [--devices 2] [--repeats 5] [--skip-smollm] [--group]
 
 `--group` adds GRPO-style sampling (8 prompts of 512 tokens x 8 samples, 64 new
-tokens, temperature 1): ours with and without shared-prompt prefill, and
+tokens, temperature 1): ours with shared prompt caches and with one per row, and
 `generate(num_return_sequences=8)`.
 
 Every case runs ours in two layouts of the same cores: params on one XLA device,
 and the batch over `--devices` host devices (default: one per core; a mesh
 with data=N). XLA:CPU's intra-op threading keeps about 1.5 of 2 cores busy on
-decode-sized matmuls, and one single-threaded device per core keeps both busy,
-but each device then reads every weight: the batch split pays at batch >= 32
+decode-sized matmuls, and two devices running their halves of the batch at once
+keep both busy, but each device then reads every weight: the batch split pays at batch >= 32
 of a small model and loses on a weight-bound one (SmolLM2 at batch 8). Both
 rows are printed, then the better layout per case. The device count must be
 fixed before jax starts, hence a flag.
