@@ -154,7 +154,7 @@ def sample_phase(name, rows, prompt, new, m: ModelConfig, pb: int, nb: int, t: i
   per_device = lambda x: _split(x, nb)
   k = layout.slice_rows(rows, per_prompt, prompt, new, max_rows=max_rows,
                         max_cache_tokens=max_cache_tokens, share=True, rows_per_device=per_device)
-  r, u, b = layout.layout(k, per_prompt if k % per_prompt == 0 else 1, True, per_device)
+  r, u, b = layout.layout(k, per_prompt, True, per_device)
   p, n = sampler_bucket(prompt, "prompt"), sampler_bucket(new, "new_tokens")
   bd, ud, kd = _split(b, nb), _split(u, nb), _split(m.num_kv_heads, t)
   how = (f"batch/{nb} (data·fsdp)" if bd < b else "batch whole") + (

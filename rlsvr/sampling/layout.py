@@ -66,8 +66,7 @@ def slice_rows(rows: int, per_prompt: int, prompt_len: int, new_len: int, *, max
   p = Buckets.pick(prompt_len, buckets.prompt, "prompt length")
   n = Buckets.pick(new_len, buckets.new_tokens, "max_new_tokens")
   for k in range(limit, 0, -1):
-    _, u, b = layout(k, per_prompt if k % per_prompt == 0 else 1, share, rows_per_device,
-                     buckets)
+    _, u, b = layout(k, per_prompt, share, rows_per_device, buckets)
     if u * p + b * n <= max_cache_tokens:
       return k
   raise ValueError(f"one row's KV cache ({p} prompt + {n} new slots) exceeds "

@@ -99,16 +99,16 @@ def _prefill(params, tokens_UxP, pads_U, done_B, *, config: ModelConfig, new_len
   heads = None
   if mesh is not None and config.num_kv_heads % mesh.shape["tensor"] == 0:
     heads = "tensor"
+  prompt_axes, row_axes = _batch_axes(mesh, u), _batch_axes(mesh, b)
   cache = qwen3.init_cache(config, u, p, cache_dtype)
-  cache = qwen3.KVCache(*(_constrain(x, mesh, P(None, _batch_axes(mesh, u), heads))
-                          for x in cache))
+  cache = qwen3.KVCache(*(_constrain(x, mesh, P(None, prompt_axes, heads)) for x in cache))
   kv_mask_UxP = jnp.arange(p)[None, :] >= pads_U[:, None]
   positions_UxP = jnp.maximum(jnp.arange(p)[None, :] - pads_U[:, None], 0)
   hidden_UxPxD, cache = qwen3.forward(config, params, tokens_UxP, positions_UxP, kv_mask_UxP,
                                       cache, 0)
   # The decode loop keeps one array per layer (see `decode`): split once here.
   cache = decode_lib.from_stacked(cache, new_len, b)
-  prefix_spec, rows_spec = P(_batch_axes(mesh, u), heads), P(_batch_axes(mesh, b), heads)
+  prefix_spec, rows_spec = P(prompt_axes, heads), P(row_axes, heads)
   cache = decode_lib.KVCache(*(jax.tree.map(lambda x, spec=spec: _constrain(x, mesh, spec), part)
                                for part, spec in zip(cache, (prefix_spec, prefix_spec,
                                                              rows_spec, rows_spec))))
@@ -229,8 +229,8 @@ class Sampler:
                                     jax.random.fold_in(key, i), *args)]
 
   def _slice_rows(self, params, prompts, max_new_tokens: int) -> int:
-    if not prompts or not (self.max_rows or self.max_cache_tokens):
-      return max(len(prompts), 1)
+    if not prompts:
+      return 1
     per_prompt = 1
     if self.max_cache_tokens and self.share_prompts:  # Runs of equal prompts, as in a GRPO call.
       first = next((i for i, x in enumerate(prompts) if x != prompts[0]), len(prompts))
