@@ -1,7 +1,9 @@
 """Greedy decoding throughput: rlsvr's sampler vs transformers `generate`, side by side.
 
 Same weights, same dtype (float32), same prompts, same number of new tokens,
-greedy, KV cache on, in one process so the ratios share the machine's load.
+greedy, KV cache on, in one process; within a case the sides take turns, one
+call each per round, and each side's fastest call counts, so the ratios share
+the machine's load (these shared machines drift by 20% from minute to minute).
 
   (a) tiny random Qwen3 (hidden 256, MLP 768, 4 layers, 4/2 heads, head_dim 64,
       vocab 4096, tied) at batch 8, 32, 128: 32-token prompts, 128 new tokens;
@@ -29,6 +31,7 @@ fixed before jax starts, hence a flag.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -36,7 +39,8 @@ import time
 _ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 _ARGS.add_argument("--devices", type=int, default=os.cpu_count(),
                    help="host CPU devices (default: one per core)")
-_ARGS.add_argument("--repeats", type=int, default=5, help="timed runs per case (fastest)")
+_ARGS.add_argument("--repeats", type=int, default=5,
+                   help="timed rounds per case (each side's fastest call counts)")
 _ARGS.add_argument("--batches", type=int, nargs="+", default=[8, 32, 128])
 _ARGS.add_argument("--skip-smollm", action="store_true")
 _ARGS.add_argument("--group", action="store_true",
@@ -83,35 +87,49 @@ def smollm2():
   return model, config, params
 
 
-def timed(fn, repeats):
-  """(first call seconds, fastest of `repeats` later calls).
+def timed(runners, repeats):
+  """{key: (first call seconds, fastest of `repeats` later calls)} for keyed callables.
 
-  The fastest, as `timeit` advises: on these shared machines the spread is noise
-  from other tenants, and both sides of every ratio are timed the same way.
+  The runners take turns, one call each per round, so a slow spell on this
+  shared machine (other tenants) lands on every side of a ratio alike rather
+  than on whichever side happened to run then; and the fastest call counts, as
+  `timeit` advises, since the spread is that noise. A short pause before each
+  call lets the previous runner's spinning threads go idle.
   """
-  start = time.perf_counter()
-  fn()
-  first = time.perf_counter() - start
-  times = []
-  for _ in range(repeats):
+  first = {}
+  for name, fn in runners.items():
     start = time.perf_counter()
     fn()
-    times.append(time.perf_counter() - start)
-  return first, min(times)
+    first[name] = time.perf_counter() - start
+  best = dict.fromkeys(runners, float("inf"))
+  for _ in range(repeats):
+    for name, fn in runners.items():
+      time.sleep(0.2)
+      start = time.perf_counter()
+      fn()
+      best[name] = min(best[name], time.perf_counter() - start)
+  return {name: (first[name], best[name]) for name in runners}
 
 
-def torch_best(fn, repeats):
-  """(threads, median seconds) of `fn` at torch's better thread count.
+def torch_runners(fn):
+  """`fn` at each torch thread count worth trying: {("torch", n): callable}.
 
   On a loaded 2-core machine torch's OpenMP threads can spin against other
-  processes (measured 10x slower with 2 threads than with 1): the ratios are
-  not flattered by that pathology.
+  processes (measured 10x slower with 2 threads than with 1): the ratios use
+  torch's better count, so they are not flattered by that pathology.
   """
-  seconds = {}
-  for threads in sorted({1, os.cpu_count()}):
-    torch.set_num_threads(threads)
-    seconds[threads] = timed(fn, repeats)[1]
-  return min(seconds.items(), key=lambda kv: kv[1])
+  def at(threads):
+    def run():
+      torch.set_num_threads(threads)
+      fn()
+    return run
+  return {("torch", n): at(n) for n in sorted({1, os.cpu_count()})}
+
+
+def torch_best(seconds):
+  """(threads, seconds) of the fastest `torch_runners` entry in `timed`'s answer."""
+  key = min((k for k in seconds if k[0] == "torch"), key=lambda k: seconds[k][1])
+  return key[1], seconds[key][1]
 
 
 def layouts(devices: int):
@@ -133,19 +151,21 @@ def run_case(name, model, config, params, batch, new_tokens, repeats):
           torch.tensor(prompts)), do_sample=False, max_new_tokens=new_tokens,
                      min_new_tokens=new_tokens, pad_token_id=0)
 
-  threads, hf_s = torch_best(theirs, repeats)
-  tokens = batch * new_tokens
-  rows = []
+  runners, outs = torch_runners(theirs), {}
   for layout, mesh in layouts(jax.device_count()):
     laid = params if mesh is None else parallel.shard_params(params, mesh)
-    sampler = Sampler(config)
-    out = []
 
-    def ours():
+    def ours(laid=laid, sampler=Sampler(config), out=outs.setdefault(layout, [])):
       out[:] = sampler(laid, prompts.tolist(), max_new_tokens=new_tokens, temperature=0.0)
 
-    first, ours_s = timed(ours, repeats)
+    runners["ours", layout] = ours
+  seconds = timed(runners, repeats)
+  threads, hf_s = torch_best(seconds)
+  tokens = batch * new_tokens
+  rows = []
+  for layout, out in outs.items():
     assert all(len(c.ids) == new_tokens for c in out)
+    first, ours_s = seconds["ours", layout]
     row = dict(case=name, batch=batch, layout=layout, ours=tokens / ours_s, hf=tokens / hf_s,
                ratio=hf_s / ours_s, compile_s=first - ours_s, step_ms=ours_s / new_tokens * 1e3)
     print(f"{name:<8} {batch:>5} {layout:>8} {row['ours']:>10.0f} {row['hf']:>10.0f} "
@@ -172,28 +192,30 @@ def run_group_case(model, config, params, groups, group, prompt_len, new_tokens,
                      num_return_sequences=group, max_new_tokens=new_tokens,
                      min_new_tokens=new_tokens, pad_token_id=0)
 
-  _, hf_s = torch_best(theirs, repeats)
+  runners = torch_runners(theirs)
+  for layout, mesh in layouts(jax.device_count()):
+    laid = params if mesh is None else parallel.shard_params(params, mesh)
+    for share in (True, False):
+      sampler = Sampler(config, share_prompts=share)
+      runners["ours", layout, share] = functools.partial(
+          sampler, laid, rows, max_new_tokens=new_tokens, temperature=1.0)
+  seconds = timed(runners, repeats)
+  _, hf_s = torch_best(seconds)
   tokens = len(rows) * new_tokens
   print(f"group sampling: {groups} prompts of {prompt_len} tokens x {group} samples, "
         f"{new_tokens} new tokens, temperature 1; HF {tokens / hf_s:.0f} tok/s")
-  for layout, mesh in layouts(jax.device_count()):
-    laid = params if mesh is None else parallel.shard_params(params, mesh)
-    seconds = {}
-    for share in (True, False):
-      sampler = Sampler(config, share_prompts=share)
-      seconds[share] = timed(lambda: sampler(laid, rows, max_new_tokens=new_tokens,
-                                             temperature=1.0), repeats)[1]
-    print(f"  {layout:>8}: ours {tokens / seconds[True]:.0f} tok/s with shared prefill, "
-          f"{tokens / seconds[False]:.0f} prefilling every row: "
-          f"{seconds[False] / seconds[True]:.2f}x from sharing, "
-          f"{hf_s / seconds[True]:.2f}x generate", flush=True)
+  for layout, _ in layouts(jax.device_count()):
+    shared, unshared = seconds["ours", layout, True][1], seconds["ours", layout, False][1]
+    print(f"  {layout:>8}: ours {tokens / shared:.0f} tok/s with shared prefill, "
+          f"{tokens / unshared:.0f} prefilling every row: {unshared / shared:.2f}x from sharing, "
+          f"{hf_s / shared:.2f}x generate", flush=True)
 
 
 def matmul_rate():
   """(GFLOP/s of a 2048^3 matmul, of decode-sized matmuls in a jitted loop)."""
   a = jnp.ones((2048, 2048), jnp.float32)
   big = jax.jit(lambda x: x @ x)
-  _, s = timed(lambda: big(a).block_until_ready(), 3)
+  _, s = timed({"big": lambda: big(a).block_until_ready()}, 3)["big"]
   x, w = jnp.ones((32, 256), jnp.float32), jnp.ones((256, 768), jnp.float32)
   w2 = jnp.ones((768, 256), jnp.float32)
 
@@ -201,7 +223,7 @@ def matmul_rate():
   def loop(x):
     return jax.lax.fori_loop(0, 1000, lambda i, x: jnp.tanh((x @ w) @ w2), x)
 
-  _, s_small = timed(lambda: loop(x).block_until_ready(), 3)
+  _, s_small = timed({"small": lambda: loop(x).block_until_ready()}, 3)["small"]
   return 2 * 2048**3 / s / 1e9, 1000 * 2 * 2 * 32 * 256 * 768 / s_small / 1e9
 
 
