@@ -249,9 +249,12 @@ class Sampler:
 
     Returns the completions and the extended histories (history + new turn +
     completion ids), ready for the next turn. Each turn re-prefills the whole
-    conversation: prefill is one batched forward, small next to the decode loop,
-    and keeping per-conversation caches alive between turns would pin memory
-    the other game phases need.
+    conversation; no cache is kept between turns. That costs little after short
+    histories and most of the call after long ones: on a 2-core CPU (tiny Qwen3,
+    batch 8, 128 new tokens) the re-prefill was 55% of the call after a 512-token
+    history and 86% after 2048 (bucketed to 4096 prompt slots). Keeping each
+    conversation's cache between turns would save that, but pins the memory the
+    other game phases need; it is not built.
     """
     if len(histories) != len(new_turns):
       raise ValueError(f"{len(histories)} histories but {len(new_turns)} new turns")
