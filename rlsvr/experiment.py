@@ -48,7 +48,7 @@ class _Items:
 
 def call_sampling(c) -> dict[str, Any]:
   """The per-call sampling arguments (temperature, top_p, top_k) of `c.sampling`."""
-  return {k: v for k, v in c.sampling.items() if k not in ("max_rows", "max_cache_tokens")}
+  return {k: c.sampling[k] for k in ("temperature", "top_p", "top_k")}
 
 
 def spy_game_config(c):

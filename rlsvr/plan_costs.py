@@ -174,5 +174,3 @@ def sample_phase(name, rows, prompt, new, m: ModelConfig, pb: int, nb: int, t: i
           Component(phase, "layer weights unstacked for the decode loop",
                     layers * pb // max(nb * t, 1), "as the params", estimate=True),
           ] + (gather if gathered else [])
-
-
