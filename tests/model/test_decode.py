@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from rlsvr.model import decode, qwen3
-from tests.model.hf_reference import left_padded
+from tests.model.hf_reference import left_padded, make_hf_model
+from tests.model.test_qwen3 import LLAMA3_ROPE
 
 
 @pytest.mark.parametrize("rows_per_prompt", [1, 3])
@@ -42,6 +43,35 @@ def test_decode_step_equals_forward_one_token_at_a_time(tiny_qwen3, rows_per_pro
                                ref_cache.k_LxBxKxDhxS[i][..., prompt_len:], atol=1e-5)
     np.testing.assert_allclose(np.concatenate(cache.v_BxKxCxDh[i], -2),
                                ref_cache.v_LxBxKxSxDh[i][:, :, prompt_len:], atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type,overrides", [
+    ("qwen3", dict(attention_bias=True, num_key_value_heads=1)),
+    ("qwen2", dict(tie_word_embeddings=False)),
+    ("llama", dict(attention_bias=True, mlp_bias=True, rope_parameters=LLAMA3_ROPE)),
+], ids=["qwen3-biases-gqa4", "qwen2-qkv-bias", "llama3-all-biases"])
+def test_decode_step_handles_every_architecture(model_type, overrides):
+  """Biases, QK-norm on or off, GQA and RoPE scaling: the feature-major step reimplements
+  each of them, so each is checked against the forward (which matches transformers)."""
+  _, config, params = make_hf_model(model_type, **overrides)
+  prompt_len, new_len = 9, 6
+  tokens, mask = left_padded([prompt_len + new_len, 12], config.vocab_size, seed=7)
+  positions = np.asarray(qwen3.positions_from_mask(mask))
+  fwd = jax.jit(qwen3.forward, static_argnums=0)
+  _, prefill = fwd(config, params, tokens[:, :prompt_len], positions[:, :prompt_len],
+                   mask[:, :prompt_len], qwen3.init_cache(config, 2, prompt_len), 0)
+  cache = decode.from_stacked(prefill, new_len, batch=2)
+  ref_cache = qwen3.init_cache(config, 2, tokens.shape[1])
+  _, ref_cache = fwd(config, params, tokens[:, :prompt_len], positions[:, :prompt_len], mask,
+                     ref_cache, 0)
+  step = jax.jit(decode.decode_step, static_argnums=0)
+  for i in range(new_len):
+    t = prompt_len + i
+    args = (tokens[:, t:t + 1], positions[:, t:t + 1])
+    h, cache = step(config, params, *args, mask[:, :prompt_len].astype(bool), cache, i)
+    h_ref, ref_cache = fwd(config, params, *args, mask, ref_cache, t)
+    np.testing.assert_allclose(h, h_ref, atol=2e-5, rtol=0)
+  assert np.abs(np.asarray(h_ref)).max() > 0.1
 
 
 def test_from_stacked_keeps_one_prefix_per_prompt_and_empty_row_slots(tiny_qwen3):
