@@ -216,12 +216,13 @@ def matmul_rate():
   a = jnp.ones((2048, 2048), jnp.float32)
   big = jax.jit(lambda x: x @ x)
   _, s = timed({"big": lambda: big(a).block_until_ready()}, 3)["big"]
-  x, w = jnp.ones((32, 256), jnp.float32), jnp.ones((256, 768), jnp.float32)
-  w2 = jnp.ones((768, 256), jnp.float32)
+  # Feature-major, as the decode step runs them (`rlsvr/model/decode.py`): [out, in] @ [in, B].
+  x, w = jnp.ones((256, 32), jnp.float32), jnp.ones((768, 256), jnp.float32)
+  w2 = jnp.ones((256, 768), jnp.float32)
 
   @jax.jit
   def loop(x):
-    return jax.lax.fori_loop(0, 1000, lambda i, x: jnp.tanh((x @ w) @ w2), x)
+    return jax.lax.fori_loop(0, 1000, lambda i, x: jnp.tanh(w2 @ (w @ x)), x)
 
   _, s_small = timed({"small": lambda: loop(x).block_until_ready()}, 3)["small"]
   return 2 * 2048**3 / s / 1e9, 1000 * 2 * 2 * 32 * 256 * 768 / s_small / 1e9
