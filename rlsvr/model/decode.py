@@ -26,8 +26,9 @@ step is dominated by moving weights and cache around:
   so each matmul is W @ x with the many output features as its rows, not x @ W
   with B rows. XLA:CPU's matmul kernels waste most of their work on few rows:
   in a loop of SmolLM2-135M MLPs at batch 8 this layout took 0.57x the time
-  (tiny Qwen3 at batch 32: 0.68x), and whole decode calls got 18% faster at
-  SmolLM2 batch 8 (same speed on tiny Qwen3 at batch 32). `unstack_layers`
+  (tiny Qwen3 at batch 32: 0.68x). Whole sampler calls against the batch-major
+  step: 18% faster at SmolLM2 batch 8, 3% at tiny Qwen3 batch 8, even at batch
+  32, 8% slower at batch 128, where both layouts have rows enough. `unstack_layers`
   transposes while it copies. Attention and the cache stay batch-major; only
   q, k, v and the attention output, small arrays, change layout.
 - The generated slots are a separate array per layer and per chunk: each layer
