@@ -30,6 +30,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bench.common import TINY_QWEN3  # noqa: E402
 from rlsvr.model import config as config_lib  # noqa: E402
 from rlsvr.model import hf, qwen3  # noqa: E402
 from rlsvr.sampling import Buckets, Sampler  # noqa: E402
@@ -37,9 +38,6 @@ from rlsvr.sampling import Buckets, Sampler  # noqa: E402
 # Spec-sheet HBM bandwidth in GB/s, by a substring of `device_kind`; first match wins.
 NOMINAL_GBS = (("H200", 4800), ("H100 PCIe", 2000), ("H100", 3350), ("A100-SXM4-40GB", 1555),
                ("A100", 2039), ("L40S", 864), ("L4", 300))
-TINY = config_lib.ModelConfig(  # bench/sampler.py's tiny Qwen3, for CPU smoke runs
-    model_type="qwen3", vocab_size=4096, hidden_size=256, intermediate_size=768, num_layers=4,
-    num_heads=4, num_kv_heads=2, head_dim=64, tie_word_embeddings=True)
 
 
 def best_seconds(fn, repeats: int) -> float:
@@ -115,7 +113,8 @@ def main():
   args = parser.parse_args()
 
   device = jax.devices()[0]
-  config = TINY if args.model == "tiny" else config_lib.preset(args.model)
+  config = (config_lib.ModelConfig.from_hf_dict({"model_type": "qwen3", **TINY_QWEN3})
+            if args.model == "tiny" else config_lib.preset(args.model))
   dtype = jnp.dtype(args.dtype)
   params = jax.jit(qwen3.init_params, static_argnums=(0, 2))(config, jax.random.key(0), dtype)
   prompts = np.random.default_rng(0).integers(

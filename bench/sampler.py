@@ -59,14 +59,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
+from bench.common import TINY_QWEN3  # noqa: E402
 from rlsvr import parallel  # noqa: E402
 from rlsvr.model import assets, hf  # noqa: E402
 from rlsvr.model.config import ModelConfig  # noqa: E402
 from rlsvr.sampling import Sampler  # noqa: E402
 
-TINY_QWEN3 = dict(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                  tie_word_embeddings=True, max_position_embeddings=4096)
 PROMPT_LEN = 32
 
 

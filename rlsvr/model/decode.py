@@ -192,21 +192,6 @@ def _attend_prefix(q_BxKxGxDh, k_UxKxDhxP, v_UxKxPxDh, mask_UxP, scale):
   return tuple(rows_first(x) for x in parts)
 
 
-def _rms_norm(x, scale_Nx1, eps: float, axis: int = 0):
-  """`qwen3.RMSNorm` over `axis`, the features (N of them), which come before the batch."""
-  x32 = x.astype(jnp.float32)
-  y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=axis, keepdims=True) + eps)
-  return scale_Nx1 * y.astype(x.dtype)
-
-
-def _rope(x_NxDhxB, sin_DhxB, cos_DhxB):
-  """`qwen3.apply_rope` on heads laid out [heads, Dh, B]."""
-  x = x_NxDhxB.astype(jnp.float32)
-  half = x.shape[1] // 2
-  rotated = jnp.concatenate([-x[:, half:], x[:, :half]], axis=1)
-  return (x * cos_DhxB + rotated * sin_DhxB).astype(x_NxDhxB.dtype)
-
-
 def _linear(w_OxN, x_NxB, bias_Ox1=None):
   y_OxB = w_OxN @ x_NxB
   return y_OxB if bias_Ox1 is None else y_OxB + bias_Ox1
@@ -222,9 +207,10 @@ def _attention(cfg: ModelConfig, w, x_DxB, sin_DhxB, cos_DhxB, prefix, prefix_ma
   k_KxDhxB = _linear(w["k"], x_DxB, w.get("k_bias")).reshape(kv, dh, b)
   v_KxDhxB = _linear(w["v"], x_DxB, w.get("v_bias")).reshape(kv, dh, b)
   if cfg.qk_norm:
-    q_HxDhxB = _rms_norm(q_HxDhxB, w["q_norm"], cfg.rms_norm_eps, axis=1)
-    k_KxDhxB = _rms_norm(k_KxDhxB, w["k_norm"], cfg.rms_norm_eps, axis=1)
-  q_HxDhxB, k_KxDhxB = _rope(q_HxDhxB, sin_DhxB, cos_DhxB), _rope(k_KxDhxB, sin_DhxB, cos_DhxB)
+    q_HxDhxB = qwen3.rms_norm(q_HxDhxB, w["q_norm"], cfg.rms_norm_eps, axis=1)
+    k_KxDhxB = qwen3.rms_norm(k_KxDhxB, w["k_norm"], cfg.rms_norm_eps, axis=1)
+  q_HxDhxB, k_KxDhxB = (qwen3.rotate(q_HxDhxB, sin_DhxB, cos_DhxB, axis=1),
+                        qwen3.rotate(k_KxDhxB, sin_DhxB, cos_DhxB, axis=1))
   q_BxKxGxDh = q_HxDhxB.reshape(kv, cfg.num_groups, dh, b).transpose(3, 0, 1, 2)
   k_new_BxKxDhx1 = k_KxDhxB.transpose(2, 0, 1)[..., None]
   v_new_BxKx1xDh = v_KxDhxB.transpose(2, 0, 1)[:, :, None, :]
@@ -277,10 +263,10 @@ def decode_step(config: ModelConfig, params: qwen3.Params, tokens_Bx1, positions
   prefixes = list(zip(cache.prefix_k_UxKxDhxP, cache.prefix_v_UxKxPxDh)) or [()] * len(layers)
   eps = config.rms_norm_eps
   for i, w in enumerate(layers):
-    h_DxB, ks[i], vs[i] = _attention(config, w, _rms_norm(x_DxB, w["input_norm"], eps),
+    h_DxB, ks[i], vs[i] = _attention(config, w, qwen3.rms_norm(x_DxB, w["input_norm"], eps, 0),
                                      sin_DhxB, cos_DhxB, prefixes[i], prefix_mask_UxP, ks[i],
                                      vs[i], step)
     x_DxB = x_DxB + h_DxB
-    x_DxB = x_DxB + _mlp(w, _rms_norm(x_DxB, w["post_attn_norm"], eps))
+    x_DxB = x_DxB + _mlp(w, qwen3.rms_norm(x_DxB, w["post_attn_norm"], eps, 0))
   hidden_Bx1xD = model.final_norm(x_DxB.T[:, None, :])
   return hidden_Bx1xD, cache._replace(k_BxKxDhxC=tuple(ks), v_BxKxCxDh=tuple(vs))

@@ -65,17 +65,23 @@ def _normal(rngs: nnx.Rngs, shape, dtype, fan_in: int):
   return jax.random.normal(rngs.params(), shape, dtype) / math.sqrt(fan_in)
 
 
+def rms_norm(x, scale, eps: float, axis: int = -1):
+  """RMSNorm as HF computes it: normalise over `axis` in fp32, cast back, then scale
+  (`scale` broadcast against x; the decode step's features come first)."""
+  x32 = x.astype(jnp.float32)
+  y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=axis, keepdims=True) + eps)
+  return scale * y.astype(x.dtype)
+
+
 class RMSNorm(nnx.Module):
-  """RMSNorm as HF computes it: normalise in fp32, cast back, then scale."""
+  """`rms_norm` over the last axis, with a learned scale."""
 
   def __init__(self, dim: int, eps: float, dtype):
     self.scale = nnx.Param(jnp.ones((dim,), dtype))
     self.eps = eps
 
   def __call__(self, x):
-    x32 = x.astype(jnp.float32)
-    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return self.scale[...] * y.astype(x.dtype)
+    return rms_norm(x, self.scale[...], self.eps)
 
 
 def rope_inv_freq(config: ModelConfig) -> jax.Array:
@@ -104,12 +110,16 @@ def rope_tables(config: ModelConfig, positions_BxT):
   return jnp.sin(emb), jnp.cos(emb)
 
 
+def rotate(x, sin, cos, axis: int = -1):
+  """Rotate-half RoPE along `axis` (head_dim) of x; `sin`/`cos` broadcast against x."""
+  x32 = x.astype(jnp.float32)
+  first, second = jnp.split(x32, 2, axis=axis)
+  rotated = jnp.concatenate([-second, first], axis=axis)
+  return (x32 * cos + rotated * sin).astype(x.dtype)
+
+
 def apply_rope(x_BxTxNxDh, sin_BxTxDh, cos_BxTxDh):
-  x = x_BxTxNxDh.astype(jnp.float32)
-  half = x.shape[-1] // 2
-  rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-  out = x * cos_BxTxDh[:, :, None, :] + rotated * sin_BxTxDh[:, :, None, :]
-  return out.astype(x_BxTxNxDh.dtype)
+  return rotate(x_BxTxNxDh, sin_BxTxDh[:, :, None, :], cos_BxTxDh[:, :, None, :])
 
 
 class Attention(nnx.Module):

@@ -224,8 +224,10 @@ class Sampler:
     else:
       key = jax.random.split(jax.random.key(seed))[1]
     eos_ids = self.eos_ids if eos_ids is None else tuple(eos_ids)
+    stops = StopStrings(self.stop_strings if stop_strings is None else stop_strings,
+                        self.tokenizer)
     args = (max_new_tokens, strategies.SamplingParams.make(temperature, top_p, top_k), eos_ids,
-            self.stop_strings if stop_strings is None else tuple(stop_strings))
+            stops)
     if not prompts:
       return []
     if any(len(p) == 0 for p in prompts):
@@ -275,8 +277,7 @@ class Sampler:
     return completions, [p + list(c.ids) for p, c in zip(prompts, completions)]
 
   def _generate(self, params, layers, prompts, key, max_new_tokens, sampling, eos_ids,
-                stop_strings):
-    stops = StopStrings(stop_strings, self.tokenizer)
+                stops: StopStrings):
     n = len(prompts)
     p = Buckets.pick(max(len(x) for x in prompts), self.buckets.prompt, "prompt length")
     new_len = Buckets.pick(max_new_tokens, self.buckets.new_tokens, "max_new_tokens")
