@@ -19,7 +19,10 @@ def base_config() -> ml_collections.ConfigDict:
   # "random:<preset>" (random weights of a rlsvr.model.config preset, or "random:tiny"),
   # or a local HF directory.
   c.model.source = "hub:Qwen/Qwen3-4B-Instruct-2507"
-  c.model.dtype = "bfloat16"  # Parameter storage / compute dtype: float32 or bfloat16.
+  # Master weights (and the checkpoints) in param_dtype; forward/backward and the sampler's
+  # copy in compute_dtype. bf16 masters would round away nearly every update at lr 1e-6.
+  c.model.param_dtype = "float32"
+  c.model.compute_dtype = "bfloat16"
   # "" (the model directory's tokenizer) or "qwen3" (the offline-built Qwen3 tokenizer).
   c.model.tokenizer = ""
 
@@ -59,6 +62,18 @@ def base_config() -> ml_collections.ConfigDict:
   # the weights, are what decide whether a step fits (`python -m rlsvr.plan`).
   c.grpo.micro_batch_size = 8
   c.grpo.remat = True  # Recompute layers in the backward pass (memory for compute).
+  # Optimizer updates per batch, each on 1/K of the rows (verl's mini-batches; paper: 1).
+  # With 1 the ratios start at exactly 1; with K > 1 a no-gradient pass scores the batch
+  # under the pre-update policy first.
+  c.grpo.updates_per_batch = 1
+  # Truncated importance sampling against the sampler's own log-probs (verl
+  # rollout_correction): none | token | sequence, weights capped at the threshold.
+  c.grpo.rollout_is = "none"
+  c.grpo.rollout_is_threshold = 2.0
+  # DAPO dynamic sampling: drop groups whose raw rewards are all equal and play more
+  # until the batch holds a full step's groups or max_num_gen_batches rounds were played.
+  c.grpo.filter_groups = False
+  c.grpo.max_num_gen_batches = 4
 
   c.mesh = ml_collections.ConfigDict()
   c.mesh.shape = {"data": 1, "fsdp": -1, "tensor": 1}  # -1: all remaining devices.
@@ -86,7 +101,7 @@ def run_locally(c: ml_collections.ConfigDict, source: str, tokenizer: str = "") 
   """Settings every CPU-sized variant (`cpu`, `smoke`) shares: one device, float32."""
   c.model.source = source
   c.model.tokenizer = tokenizer
-  c.model.dtype = "float32"  # XLA:CPU runs fp32 faster than bf16.
+  c.model.compute_dtype = "float32"  # XLA:CPU runs fp32 faster than bf16.
   c.mesh.shape = {"data": 1, "fsdp": 1, "tensor": 1}
   c.sampling.max_rows = 0  # Small games: every row of a call at once.
   c.sampling.max_cache_tokens = 0

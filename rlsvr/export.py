@@ -3,7 +3,9 @@
   python -m rlsvr.export --checkpoint runs/spy_summ --out exported/ [--step 100] [--dtype bfloat16]
 
 `--checkpoint` is a run's workdir (or its `checkpoints/` folder); the latest
-step is exported unless `--step` says otherwise. The tokenizer of the run's
+step is exported unless `--step` says otherwise. Checkpoints hold the master
+weights (float32); the export is cast to `--dtype`, by default the dtype the
+run computed in (`model.compute_dtype`). The tokenizer of the run's
 model is written alongside, so the directory loads with
 `transformers.AutoModelForCausalLM.from_pretrained` and `AutoTokenizer`.
 """
@@ -17,7 +19,9 @@ from absl import app, flags, logging
 flags.DEFINE_string("checkpoint", None, "Run workdir or its checkpoints/ folder.", required=True)
 flags.DEFINE_string("out", None, "Output HF directory.", required=True)
 flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
-flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"], "Saved dtype (default: as trained).")
+flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"],
+                  "Saved dtype (default: the run's compute dtype; checkpoints hold float32 "
+                  "masters).")
 FLAGS = flags.FLAGS
 
 
@@ -40,7 +44,8 @@ def export(checkpoint: str, out: str, *, step: int | None = None, dtype: str | N
     tok = sources.tokenizer_for(run["model"]["source"], run["model"].get("tokenizer", ""))
   except sources.ModelSourceError:
     tok = None  # A random-init run without a tokenizer: export the weights alone.
-  np_dtype = {None: None, "float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[dtype]
+  dtype = dtype or meta.get("compute_dtype") or meta.get("param_dtype", "float32")
+  np_dtype = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[dtype]
   return step, hf.save_pretrained(out, config, params, tokenizer=tok, dtype=np_dtype)
 
 

@@ -144,20 +144,25 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
 
   m, judge_m = model_config_of(c.model.source), None
   sizes = mesh_sizes(dict(c.mesh.shape), num_devices)
-  nb, t, pb, n_params = sizes["data"] * sizes["fsdp"], sizes["tensor"], _ITEMSIZE[c.model.dtype], \
+  # pb: the compute dtype (sampler copy, reference, judge, activations); masters in param_dtype.
+  compute, master = c.model.compute_dtype, c.model.param_dtype
+  nb, t, pb, n_params = sizes["data"] * sizes["fsdp"], sizes["tensor"], _ITEMSIZE[compute], \
       m.num_params()
   (p_bytes, how), (f32_bytes, _) = param_bytes(m, sizes, pb), param_bytes(m, sizes, 4)
+  master_bytes = param_bytes(m, sizes, _ITEMSIZE[master])[0]
+  copies = compute != master  # The sampler and each forward read a compute-dtype copy.
   res = lambda name, nbytes=p_bytes, sharding=how: Component("resident", name, nbytes, sharding)
-  comps = [res(f"params ({c.model.dtype})"), res("AdamW mu + nu (float32)", 2 * f32_bytes)]
+  comps = [res(f"master params ({master})", master_bytes),
+           res("AdamW mu + nu (float32)", 2 * f32_bytes)]
   if c.grpo.kl_coef > 0:
-    comps.append(res(f"reference params ({c.model.dtype})"))
+    comps.append(res(f"reference params ({compute})"))
   if c.env == "rlsr" and c.judge.source:
     judge_m = model_config_of(c.judge.source)
     comps.append(res(f"judge params {c.judge.source}", *param_bytes(judge_m, sizes, pb)))
   elif c.env == "rlsr":  # The experiment keeps the initial weights (or a delayed copy).
     comps.append(res(f"judge params (policy copy, {c.rlsr.judge_weights})"))
   else:  # init_train_state copies the loaded params while they are still alive.
-    comps.append(Component("init", "loaded params during init_train_state", p_bytes, how))
+    comps.append(Component("init", "loaded params during init_train_state", master_bytes, how))
   # Weights split over the mesh are all-gathered where used: count the embedding (+ head)
   # and one layer whole. Which of them XLA holds at once is its choice: an estimate.
   embed = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
@@ -171,10 +176,15 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
   prompt_len = {name: overrides.get(name, p) for name, _, p, _, _, _ in calls}
   for name, rows, _, new, is_judge, per_prompt in calls:
     mm = (judge_m or m) if is_judge else m
-    comps += sample_phase(name, rows, prompt_len[name], new, mm, pb, nb, t,
-                          gathered if mm is m else 0, DEFAULT_BLOCK, max_rows=c.sampling.max_rows,
-                          max_cache_tokens=c.sampling.max_cache_tokens,
-                          per_prompt=per_prompt)
+    phase_comps = sample_phase(name, rows, prompt_len[name], new, mm, pb, nb, t,
+                               gathered if mm is m else 0, DEFAULT_BLOCK,
+                               max_rows=c.sampling.max_rows,
+                               max_cache_tokens=c.sampling.max_cache_tokens,
+                               per_prompt=per_prompt)
+    if copies:  # Made once per step; alive while the step plays.
+      phase_comps.append(Component(phase_comps[0].phase, f"policy weights for the sampler "
+                                   f"({compute} copy)", p_bytes, how))
+    comps += phase_comps
   mb_cfg = c.grpo.micro_batch_size
   for name, rows, prompts_of, new in steps:
     p, cl = batch_bucket(max(prompt_len[call] for call in prompts_of)), batch_bucket(new)
@@ -188,13 +198,17 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
                         gathered * (pb + 4), "whole", estimate=True)] if gathered else []
     comps += [
         Component(phase, "gradient accumulator (float32)", f32_bytes, how),
-        Component(phase, f"micro-batch gradients ({c.model.dtype})", p_bytes, how),
+        Component(phase, f"micro-batch gradients ({compute}, then float32)", p_bytes + f32_bytes,
+                  how, estimate=True),
         Component(phase, f"activations, {rd} rows, remat={c.grpo.remat}",
                   train_activations(m, rd, p + cl, cl, pb, remat=c.grpo.remat, t=t, chunk=chunk,
                                     block=DEFAULT_BLOCK),
                   f"rows/{nb} (data·fsdp)" if rd < mb else "micro-batch whole", estimate=True),
         Component(phase, "batch arrays (host numpy: whole) + micro split",
                   2 * b * (2 * (p + cl) + 2 * cl) * 4, "whole", estimate=True)]
+    if copies:
+      comps.append(Component(phase, f"weights of the forward ({compute} copy)", p_bytes, how,
+                             estimate=True))
   comps.append(Component("optimizer update", "gradients + fp32 params + updates (float32)",
                          3 * f32_bytes, how, estimate=True))
   notes += [f"prompt tokens per call before bucketing: {prompt_len} (--prompt_tokens=name=N)",
@@ -202,7 +216,8 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
             "params, optimizer state, KV caches: exact for these shapes; activations: estimates "
             f"(attention in blocks of {DEFAULT_BLOCK} queries; before blocking the estimates "
             "were 1.1-1.4x XLA's CPU buffer sizes for fp32 on one device)"]
-  header = (f"{c.model.source}: {n_params / 1e9:.2f}B params, {c.model.dtype}, L{m.num_layers} "
+  header = (f"{c.model.source}: {n_params / 1e9:.2f}B params, {master} masters, {compute} "
+            f"compute, L{m.num_layers} "
             f"D{m.hidden_size} H{m.num_heads} K{m.num_kv_heads} V{m.vocab_size}\nmesh {sizes} "
             f"({math.prod(sizes.values())} of {num_devices} devices)")
   return MemoryPlan(tuple(comps), header, tuple(notes), device_memory_bytes)

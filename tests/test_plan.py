@@ -45,7 +45,7 @@ def test_resident_state_and_kv_cache_by_hand():
   est = plan_costs.Estimates(prompt_tokens=(("players", 100), ("detectors", 300)))
   result = plan.plan(smoke(), 1, 16 * GIB, est)  # fp32, one device, kl_coef 0.001.
   n = m.num_params()
-  assert component(result, "resident", "params").bytes == 4 * n
+  assert component(result, "resident", "master params").bytes == 4 * n
   assert component(result, "resident", "AdamW").bytes == 8 * n
   assert component(result, "resident", "reference").bytes == 4 * n
   assert result.resident_bytes == 16 * n
@@ -57,6 +57,19 @@ def test_resident_state_and_kv_cache_by_hand():
   assert kv == 2 * m.num_layers * m.num_kv_heads * m.head_dim * (2 * 512 + 4 * 16) * 4
   assert result.total_bytes == result.resident_bytes + max(result.phase_bytes().values())
   assert result.fits and result.headroom_bytes == 16 * GIB - result.total_bytes
+  assert not [c for c in result.components if "copy" in c.name]  # fp32 compute: no copies
+
+
+def test_bf16_compute_counts_fp32_masters_and_bf16_copies():
+  c = smoke()
+  c.model.compute_dtype = "bfloat16"
+  result = plan.plan(c, 1, 16 * GIB)
+  n = TINY_QWEN3.num_params()
+  assert component(result, "resident", "master params (float32)").bytes == 4 * n
+  assert component(result, "resident", "AdamW").bytes == 8 * n
+  assert component(result, "resident", "reference params (bfloat16)").bytes == 2 * n
+  assert component(result, "sample: players", "policy weights for the sampler").bytes == 2 * n
+  assert component(result, "train: clue", "weights of the forward (bfloat16 copy)").bytes == 2 * n
 
 
 def test_kv_cache_sharded_over_batch_and_heads():
@@ -80,7 +93,7 @@ def test_qwen3_8b_and_hub_names_resolve_offline():
 
 def test_infeasible_config_is_refused_with_the_plan():
   c = smoke(data=1, fsdp=1, tensor=1)
-  c.model.source, c.model.dtype = "random:qwen3-8b", "bfloat16"
+  c.model.source, c.model.compute_dtype = "random:qwen3-8b", "bfloat16"
   with pytest.raises(ValueError, match="does not fit") as err:
     plan.check_fits(c, num_devices=1, device_memory_bytes=16 * GIB)
   message = str(err.value)

@@ -13,6 +13,7 @@ the whole batch, so any split of a batch gives exactly the full-batch loss.
   kl_penalty(logp_BxT, ref_logp_BxT, kind) -> kl_BxT
   aggregate(values_BxT, mask_BxT, mode) -> scalar
   policy_loss(logp_BxT, old_logp_BxT, advantages_BxT, mask_BxT) -> (loss, metrics)
+  rollout_is_weights(old_logp_BxT, sampler_logp_BxT, mask_BxT, level, threshold) -> w_BxT
   train_step(state, batch) -> (state, metrics)   (from `rlsvr.rl.train_step`)
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+ROLLOUT_IS_LEVELS = ("none", "token", "sequence")
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_KINDS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
 
@@ -33,28 +35,38 @@ _K3_CLAMP = 10.0
 _SEQ_TOKEN_EPS = 1e-8
 
 
-def group_advantages(rewards_N, group_ids_N, *, norm_by_std: bool = True, eps: float = 1e-6):
+def group_advantages(rewards_N, group_ids_N, *, baselines_N=None, norm_by_std: bool = True,
+                     eps: float = 1e-6):
   """GRPO outcome advantages: each reward against the other rewards of its group.
 
-  `(r - mean_g) / (std_g + eps)` with the unbiased std of group g; a group of
-  one has mean 0 and std 1 (its advantage is its reward, as in verl); with
-  `norm_by_std=False`, `r - mean_g` (Dr. GRPO). Group ids are any integers.
+  `(x - mean_g) / (std_g + eps)` of `x = rewards - baselines` (baselines: e.g.
+  per-role EMAs; default 0) with the unbiased std of group g; with
+  `norm_by_std=False`, `x - mean_g` (Dr. GRPO). Group ids are any integers.
+
+  A group of two or more whose raw rewards are all equal carries no
+  information: all its rows get exactly 0, whatever their baselines (different
+  baselines would otherwise turn "no signal" into a confident gradient, and
+  float rounding of the mean into noise divided by eps). A group of one has
+  mean 0 and std 1: its advantage is its centred reward, as in verl.
   """
   rewards_N = jnp.asarray(rewards_N, jnp.float32)
   group_ids_N = jnp.asarray(group_ids_N)
+  x_N = rewards_N if baselines_N is None else rewards_N - jnp.asarray(baselines_N, jnp.float32)
   # N is a batch of completions (hundreds), so an N x N same-group matrix is cheap
   # and keeps the function jittable for arbitrary, non-contiguous ids.
   same_NxN = (group_ids_N[:, None] == group_ids_N[None, :]).astype(jnp.float32)
   count_N = same_NxN.sum(-1)
-  mean_N = same_NxN @ rewards_N / count_N
-  sq_dev_NxN = (rewards_N[None, :] - mean_N[:, None]) ** 2
+  mean_N = same_NxN @ x_N / count_N
+  sq_dev_NxN = (x_N[None, :] - mean_N[:, None]) ** 2
   var_N = (same_NxN * sq_dev_NxN).sum(-1) / jnp.maximum(count_N - 1, 1)
   single_N = count_N == 1
   mean_N = jnp.where(single_N, 0.0, mean_N)
   std_N = jnp.where(single_N, 1.0, jnp.sqrt(var_N))
-  if norm_by_std:
-    return (rewards_N - mean_N) / (std_N + eps)
-  return rewards_N - mean_N
+  advantages_N = (x_N - mean_N) / (std_N + eps) if norm_by_std else x_N - mean_N
+  # Exact comparison of the raw rewards: the test is "no spread at all", not "small".
+  differs_NxN = same_NxN * (rewards_N[None, :] != rewards_N[:, None])
+  informative_N = single_N | (differs_NxN.sum(-1) > 0)
+  return jnp.where(informative_N, advantages_N, 0.0)
 
 
 def _kl_forward(logp_BxT, ref_logp_BxT, kind: str):
@@ -143,6 +155,46 @@ def policy_loss_terms(logp_BxT, old_logp_BxT, advantages_BxT, *, clip_low: float
       "clipped": (losses2 > losses1).astype(jnp.float32),
       "clipped_lower": ((clip_losses1 > losses3) & negative).astype(jnp.float32),
       "neg_log_ratio": -log_ratio,
+  }
+
+
+def rollout_is_weights(old_logp_BxT, sampler_logp_BxT, mask_BxT, level: str,
+                       threshold: float = 2.0):
+  """Truncated importance weights of the trainer's policy against the sampler's (verl's TIS).
+
+  `token`: min(exp(clamp(old - sampler, +-20)), threshold) per token; `sequence`:
+  min(exp(clamp(sum of the row's log-ratios, +-20)), threshold) broadcast over the
+  row. Zero on masked tokens, no gradient (the weights change the measure, not
+  the objective). They multiply the per-token policy loss, as verl's
+  `rollout_is_weights`; `none` gives ones.
+  """
+  mask_BxT = mask_BxT.astype(jnp.float32)
+  if level == "none":
+    return mask_BxT
+  log_ratio_BxT = (old_logp_BxT - sampler_logp_BxT) * mask_BxT
+  if level == "sequence":
+    log_ratio_BxT = jnp.broadcast_to(log_ratio_BxT.sum(-1, keepdims=True), log_ratio_BxT.shape)
+  elif level != "token":
+    raise ValueError(f"unknown rollout_is level {level!r}; known: {ROLLOUT_IS_LEVELS}")
+  weights_BxT = jnp.exp(jnp.clip(log_ratio_BxT, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
+  return jax.lax.stop_gradient(jnp.minimum(weights_BxT, threshold) * mask_BxT)
+
+
+def rollout_mismatch_sums(old_logp_BxT, sampler_logp_BxT, mask_BxT, threshold: float):
+  """Token sums (and a max) behind the `rollout_corr/*` metrics; divide the sums by the
+  number of tokens. The ratio is the trainer's probability over the sampler's,
+  pi_old / pi_sampler; `kl` estimates KL(sampler || trainer) as verl's (sampler - old)."""
+  mask_BxT = mask_BxT.astype(jnp.float32)
+  log_ratio_BxT = jnp.clip(old_logp_BxT - sampler_logp_BxT, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+  ratio_BxT = jnp.exp(log_ratio_BxT)
+  outside_BxT = (ratio_BxT > threshold) | (ratio_BxT < 1.0 / threshold)
+  total = lambda x: (x * mask_BxT).sum()
+  return {
+      "sum": {"rollout_corr/kl": total(-log_ratio_BxT),
+              "rollout_corr/k3_kl": total(ratio_BxT - log_ratio_BxT - 1.0),
+              "rollout_corr/ratio_mean": total(ratio_BxT),
+              "rollout_corr/ratio_fraction_outside": total(outside_BxT.astype(jnp.float32))},
+      "max": {"rollout_corr/ratio_max": jnp.max(jnp.where(mask_BxT > 0, ratio_BxT, 0.0))},
   }
 
 

@@ -7,22 +7,40 @@ The loss is verl's actor loss,
   policy_loss + kl_coef * aggregate(kl_penalty(logp, ref_logp)) - entropy_coef * aggregate(entropy),
 every term aggregated with the same `agg_mode` over the completion tokens.
 
+Precision: `state.params` are the master weights in `param_dtype` (float32 by
+default) and the AdamW moments are float32 always; each forward/backward runs
+on a `compute_dtype` copy (bfloat16 on accelerators), and `sampling_params`
+makes the one copy per step that the sampler reads. (Stored in bf16, an update
+of lr 1e-6 is below half an ulp of nearly every weight and rounds away.)
+
+Old log-probabilities come from the trainer, as verl's recomputed
+`old_log_prob`: with one update per batch (`updates_per_batch=1`, the papers'
+setting) they are the stop-gradient of the update's own log-probs, so every
+ratio starts at exactly 1; with K > 1 updates per batch (verl's mini-batches) a
+no-gradient pass computes them before the first update, and the batch is split
+into K mini-batches, one optimizer update each. The sampler's log-probs (of the
+distribution it drew from, truncated by top-p/top-k, rounded by its own dtype)
+only feed the `rollout_corr/*` mismatch metrics and, with `rollout_is`, the
+truncated importance-sampling weights of the policy loss.
+
 Batch (a dict of arrays; `rlsvr.rl.batch.build_batch` makes one from trajectories):
   tokens_BxT          int32  prompt left-padded, then completion right-padded
   attention_mask_BxT  int32  1 on every real token (prompt and completion)
   loss_mask_BxC       f32    1 on trained completion tokens (the last C columns), EOS included
-  old_logp_BxC        f32    sampler logprobs at the positions of the tokens they
+  sampler_logp_BxC    f32    sampler logprobs at the positions of the tokens they
                              sampled (logp[t] = log p(tokens[t] | tokens[<t]))
   advantages_B        f32    one advantage per row, broadcast over its tokens
+  old_logp_BxC        f32    optional: logprobs of the policy that the ratios are taken
+                             against (e.g. an older policy's); default: the trainer's
   ref_logp_BxC        f32    optional; without it and with kl_coef > 0 the step
                              computes it from `state.ref_params`
 Rows whose loss mask is all zero (padding rows) change nothing.
 
-Micro-batching: the batch is split into `B / micro_batch_size` micro-batches
-(row i goes to micro-batch i mod n, which keeps every micro-batch spread over
-all data shards). The loss denominators (token or sequence counts) are counted
-once over the whole batch and each micro-batch contributes its numerator's
-gradient, so every split yields the full-batch update.
+Micro-batching: each (mini-)batch is split into `rows / micro_batch_size`
+micro-batches (row i goes to micro-batch i mod n, which keeps every micro-batch
+spread over all data shards). The loss denominators (token or sequence counts)
+are counted once over the whole (mini-)batch and each micro-batch contributes
+its numerator's gradient, so every split yields the full-batch update.
 """
 from __future__ import annotations
 
@@ -40,6 +58,7 @@ from rlsvr.rl import grpo
 from rlsvr.rl.logprobs import token_logprobs
 
 Params = Any
+DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +81,16 @@ class GRPOConfig:
   agg_mode: str = "token-mean"  # verl: loss_agg_mode
   loss_scale_factor: float | None = None  # seq-mean-token-sum-norm divisor; None: T
   norm_adv_by_std: bool = True  # verl: norm_adv_by_std_in_grpo (used by build_batch)
-  micro_batch_size: int = 0  # Rows per forward/backward; 0: the whole batch at once.
+  micro_batch_size: int = 0  # Rows per forward/backward; 0: the whole (mini-)batch at once.
+  # Optimizer updates per batch, each on 1/K of its rows (verl: train_batch_size /
+  # ppo_mini_batch_size). Warmup counts updates.
+  updates_per_batch: int = 1
+  rollout_is: str = "none"  # Truncated IS correction for the sampler: none | token | sequence.
+  rollout_is_threshold: float = 2.0  # Upper bound of the IS weights; also the metrics' band.
+  # DAPO dynamic sampling (host side, `rlsvr.rl.filtering`): drop groups whose raw rewards
+  # are all equal, play more until the batch is full or max_num_gen_batches rounds ran.
+  filter_groups: bool = False
+  max_num_gen_batches: int = 4
   temperature: float = 1.0  # Logits are divided by the sampling temperature.
   param_dtype: str = "float32"  # Storage dtype of the params (optimizer state is fp32).
   compute_dtype: str | None = None  # Forward/backward dtype; None: param_dtype.
@@ -76,6 +104,22 @@ class GRPOConfig:
       raise ValueError(f"kl_kind={self.kl_kind!r} is not one of {grpo.KL_KINDS}")
     if self.clip_c <= 1.0:
       raise ValueError(f"clip_c must be > 1, got {self.clip_c}")
+    if self.updates_per_batch < 1:
+      raise ValueError(f"updates_per_batch must be >= 1, got {self.updates_per_batch}")
+    if self.rollout_is not in grpo.ROLLOUT_IS_LEVELS:
+      raise ValueError(f"rollout_is={self.rollout_is!r} is not one of {grpo.ROLLOUT_IS_LEVELS}")
+    if self.rollout_is_threshold <= 1.0:
+      raise ValueError(f"rollout_is_threshold must be > 1, got {self.rollout_is_threshold}")
+    if self.max_num_gen_batches < 1:
+      raise ValueError(f"max_num_gen_batches must be >= 1, got {self.max_num_gen_batches}")
+    for name in ("param_dtype", "compute_dtype"):
+      if getattr(self, name) not in (None, *DTYPES):
+        raise ValueError(f"{name}={getattr(self, name)!r} is not one of {DTYPES}")
+
+  @property
+  def dtype(self) -> jnp.dtype:
+    """The forward/backward (compute) dtype."""
+    return jnp.dtype(self.compute_dtype or self.param_dtype)
 
 
 @flax.struct.dataclass
@@ -129,11 +173,10 @@ def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Para
   The reference weights are a frozen copy of `params` in the compute dtype when
   `config.kl_coef > 0`, else None.
   """
-  compute_dtype = config.compute_dtype or config.param_dtype
   stored = _copy_cast(params, jnp.dtype(config.param_dtype))
   # Adam moments in fp32 even for bf16 params; zeros_like keeps each param's sharding.
   opt_state = make_optimizer(config).init(_cast(stored, jnp.float32))
-  ref = _copy_cast(params, jnp.dtype(compute_dtype)) if config.kl_coef > 0 else None
+  ref = _copy_cast(params, config.dtype) if config.kl_coef > 0 else None
   # Fresh arrays (step, key, Adam's count, host-made params) are uncommitted; the step
   # returns them committed, which would compile it a second time. Commit all of them now:
   # arrays where they are, scalars and host arrays replicated next to the params.
@@ -151,6 +194,22 @@ def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Para
                     model_config=model_config, config=config, mesh=parallel.mesh_of(stored))
 
 
+def cast_params(params: Params, dtype) -> Params:
+  """`params` in `dtype`: a fresh copy when any leaf differs, else `params` themselves."""
+  if all(x.dtype == jnp.dtype(dtype) for x in jax.tree.leaves(params)):
+    return params
+  return _copy_cast(params, jnp.dtype(dtype))
+
+
+def sampling_params(state: TrainState) -> Params:
+  """The weights the sampler reads this step: the masters in the compute dtype.
+
+  A copy made once per step when the dtypes differ; the masters themselves when
+  they are equal (then valid only until `train_step` donates them).
+  """
+  return cast_params(state.params, state.config.dtype)
+
+
 def _logprobs(state: TrainState, params, batch):
   cfg = state.config
   return token_logprobs(state.model_config, params, batch["tokens_BxT"],
@@ -159,14 +218,31 @@ def _logprobs(state: TrainState, params, batch):
                         completion_len=batch["loss_mask_BxC"].shape[-1])
 
 
+def _split_rows(batch: dict[str, jax.Array], parts: int, what: str):
+  """[parts, rows / parts, ...] arrays; row i goes to part i % parts, so a contiguous
+  data shard feeds every part."""
+  b = batch["tokens_BxT"].shape[0]
+  if b % parts:
+    raise ValueError(f"batch of {b} rows is not a multiple of {what}={parts}")
+  return {k: v.reshape(b // parts, parts, *v.shape[1:]).swapaxes(0, 1) for k, v in batch.items()}
+
+
 def _split_micro(batch: dict[str, jax.Array], micro_batch_size: int):
   b = batch["tokens_BxT"].shape[0]
   mb = micro_batch_size or b
   if b % mb:
     raise ValueError(f"batch of {b} rows is not a multiple of micro_batch_size={mb}")
-  n = b // mb
-  # Row i -> micro-batch i % n: a contiguous data shard then feeds every micro-batch.
-  return {k: v.reshape(mb, n, *v.shape[1:]).swapaxes(0, 1) for k, v in batch.items()}
+  return _split_rows(batch, b // mb, "micro-batches")
+
+
+def _no_grad_logprobs(state: TrainState, params, batch) -> jax.Array:
+  """logp_BxC of the batch under `params` (micro-batched, no gradient)."""
+  keys = ("tokens_BxT", "attention_mask_BxT", "loss_mask_BxC")
+  micro = _split_micro({k: batch[k] for k in keys}, state.config.micro_batch_size)
+  params = jax.lax.stop_gradient(params)
+  logp_NxMxT = jax.lax.map(lambda mb: _logprobs(state, params, mb)[0], micro)
+  n, m, t = logp_NxMxT.shape
+  return logp_NxMxT.swapaxes(0, 1).reshape(n * m, t)
 
 
 @jax.jit
@@ -174,18 +250,20 @@ def reference_logprobs(state: TrainState, batch: dict[str, jax.Array]) -> jax.Ar
   """ref_logp_BxC of the batch under `state.ref_params` (micro-batched, no gradient)."""
   if state.ref_params is None:
     raise ValueError("this state has no reference weights (kl_coef == 0)")
-  keys = ("tokens_BxT", "attention_mask_BxT", "loss_mask_BxC")
-  micro = _split_micro({k: batch[k] for k in keys}, state.config.micro_batch_size)
-  logp_NxMxT = jax.lax.map(lambda mb: _logprobs(state, state.ref_params, mb)[0], micro)
-  n, m, t = logp_NxMxT.shape
-  return logp_NxMxT.swapaxes(0, 1).reshape(n * m, t)
+  return _no_grad_logprobs(state, state.ref_params, batch)
+
+
+# Metrics that are token sums inside a micro-batch, divided by the token count at the end.
+_TOKEN_SUMS = ("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl",
+               "rollout_corr/kl", "rollout_corr/k3_kl", "rollout_corr/ratio_mean",
+               "rollout_corr/ratio_fraction_outside")
+_MAXES = ("rollout_corr/ratio_max",)
 
 
 def _micro_loss(params, state: TrainState, mb: dict[str, jax.Array], denominator):
-  """This micro-batch's share of the full-batch loss, and its metric numerators."""
+  """This micro-batch's share of the (mini-)batch loss, and its metric numerators."""
   cfg = state.config
-  compute_dtype = jnp.dtype(cfg.compute_dtype or cfg.param_dtype)
-  logp_BxC, entropy_BxC = _logprobs(state, _cast(params, compute_dtype), mb)
+  logp_BxC, entropy_BxC = _logprobs(state, _cast(params, cfg.dtype), mb)
   mask_BxC = mb["loss_mask_BxC"]
 
   def share(values_BxC):
@@ -193,10 +271,17 @@ def _micro_loss(params, state: TrainState, mb: dict[str, jax.Array], denominator
                                         loss_scale_factor=cfg.loss_scale_factor)
     return numerator / denominator
 
-  terms = grpo.policy_loss_terms(logp_BxC, mb["old_logp_BxC"], mb["advantages_B"][:, None],
+  # One update per batch: the old policy is this one, so the ratio is exactly 1 and the
+  # loss is the policy gradient (verl recomputes old_log_prob with the actor likewise).
+  old_logp_BxC = mb.get("old_logp_BxC", jax.lax.stop_gradient(logp_BxC))
+  terms = grpo.policy_loss_terms(logp_BxC, old_logp_BxC, mb["advantages_B"][:, None],
                                  clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                                  clip_c=cfg.clip_c)
-  pg_loss = share(terms["pg_loss"])
+  pg_loss_BxC = terms["pg_loss"]
+  if cfg.rollout_is != "none":
+    pg_loss_BxC = pg_loss_BxC * grpo.rollout_is_weights(
+        old_logp_BxC, mb["sampler_logp_BxC"], mask_BxC, cfg.rollout_is, cfg.rollout_is_threshold)
+  pg_loss = share(pg_loss_BxC)
   entropy = share(entropy_BxC)
   loss = pg_loss - cfg.entropy_coef * entropy if cfg.entropy_coef else pg_loss
   aux = {"actor/pg_loss": pg_loss, "actor/entropy": entropy}
@@ -211,24 +296,20 @@ def _micro_loss(params, state: TrainState, mb: dict[str, jax.Array], denominator
   mask_f = mask_BxC.astype(jnp.float32)
   for name, key in (("actor/pg_clipfrac", "clipped"), ("actor/pg_clipfrac_lower", "clipped_lower"),
                     ("actor/ppo_kl", "neg_log_ratio")):
-    aux[name] = (terms[key] * mask_f).sum()  # Token sums; divided by the count at the end.
-  return loss, aux
+    aux[name] = (terms[key] * mask_f).sum()
+  mismatch = grpo.rollout_mismatch_sums(jax.lax.stop_gradient(old_logp_BxC),
+                                        mb["sampler_logp_BxC"], mask_f, cfg.rollout_is_threshold)
+  return loss, {**aux, **mismatch["sum"], **mismatch["max"]}
 
 
-def _train_step(state: TrainState, batch: dict[str, jax.Array]):
-  """One GRPO update: `(state, batch) -> (new_state, metrics)`; jitted with the state donated.
-
-  Metrics: actor/loss, actor/pg_loss, actor/kl (kl_coef > 0), actor/entropy,
-  actor/pg_clipfrac, actor/pg_clipfrac_lower, actor/ppo_kl, actor/grad_norm
-  (before clipping), actor/lr, actor/update_skipped.
-  """
+def _update(state: TrainState, batch: dict[str, jax.Array]):
+  """One optimizer update on `batch` (one mini-batch): (state, metrics); token-sum
+  metrics are returned as sums, with the token count in "tokens"."""
   cfg = state.config
-  batch = {k: jnp.asarray(v) for k, v in batch.items()}
   mask_BxC = batch["loss_mask_BxC"].astype(jnp.float32)
   # Counted over the whole batch, before any split: this is what makes micro-batching exact.
   _, denominator = grpo.aggregate_terms(mask_BxC, mask_BxC, cfg.agg_mode)
   denominator = jnp.maximum(denominator, 1.0)
-  num_tokens = jnp.maximum(mask_BxC.sum(), 1.0)
 
   grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
 
@@ -239,9 +320,7 @@ def _train_step(state: TrainState, batch: dict[str, jax.Array]):
 
   zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params)
   grads, aux = jax.lax.scan(accumulate, zeros, _split_micro(batch, cfg.micro_batch_size))
-  metrics = {k: v.sum() for k, v in aux.items()}
-  for name in ("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl"):
-    metrics[name] = metrics[name] / num_tokens
+  metrics = {k: v.max() if k in _MAXES else v.sum() for k, v in aux.items()}
 
   grad_norm = optax.global_norm(grads)
   params_f32 = _cast(state.params, jnp.float32)
@@ -250,13 +329,43 @@ def _train_step(state: TrainState, batch: dict[str, jax.Array]):
   # As verl: a non-finite gradient skips the update rather than poisoning the weights.
   finite = jnp.isfinite(grad_norm)
   keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
-  metrics.update({"actor/grad_norm": grad_norm, "actor/lr": lr_schedule(cfg)(state.step),
+  metrics.update({"actor/grad_norm": grad_norm, "tokens": mask_BxC.sum(),
                   "actor/update_skipped": 1.0 - finite.astype(jnp.float32)})
   params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
+  return state.replace(params=params, opt_state=opt_state), metrics
+
+
+def _train_step(state: TrainState, batch: dict[str, jax.Array]):
+  """One GRPO step: `(state, batch) -> (new_state, metrics)`; jitted with the state donated.
+
+  Metrics (means over the step's updates; token metrics over all its tokens):
+  actor/loss, actor/pg_loss, actor/kl (kl_coef > 0), actor/entropy,
+  actor/pg_clipfrac, actor/pg_clipfrac_lower, actor/ppo_kl, actor/grad_norm
+  (before clipping), actor/lr, actor/update_skipped, and the sampler mismatch
+  rollout_corr/{kl, k3_kl, ratio_mean, ratio_max, ratio_fraction_outside}
+  (ratio = pi_trainer / pi_sampler; outside: beyond [1/threshold, threshold]).
+  """
+  cfg = state.config
+  batch = {k: jnp.asarray(v) for k, v in batch.items()}
+  if cfg.updates_per_batch > 1 and "old_logp_BxC" not in batch:
+    # The policy before the first update; every later update's ratios are against it.
+    batch["old_logp_BxC"] = _no_grad_logprobs(state, _cast(state.params, cfg.dtype), batch)
+  if cfg.updates_per_batch == 1:
+    state_after, per_update = _update(state, batch)
+    per_update = jax.tree.map(lambda x: x[None], per_update)
+  else:
+    state_after, per_update = jax.lax.scan(
+        _update, state, _split_rows(batch, cfg.updates_per_batch, "updates_per_batch"))
   if state.mesh is not None:
-    params, opt_state = parallel.constrain_params((params, opt_state), state.mesh)
-  new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
-                            rng=jax.random.fold_in(state.rng, state.step))
+    params, opt_state = parallel.constrain_params((state_after.params, state_after.opt_state),
+                                                  state.mesh)
+    state_after = state_after.replace(params=params, opt_state=opt_state)
+  tokens = jnp.maximum(per_update.pop("tokens").sum(), 1.0)
+  metrics = {k: (v.max() if k in _MAXES else v.sum() / tokens if k in _TOKEN_SUMS else v.mean())
+             for k, v in per_update.items()}
+  metrics["actor/lr"] = lr_schedule(cfg)(state.step * cfg.updates_per_batch)
+  new_state = state_after.replace(step=state.step + 1,
+                                  rng=jax.random.fold_in(state.rng, state.step))
   return new_state, metrics
 
 

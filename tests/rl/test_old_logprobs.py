@@ -1,0 +1,142 @@
+"""Old log-probs come from the trainer; the sampler's only measure the mismatch (and, on
+request, weight the loss by truncated importance sampling)."""
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from rlsvr.envs.base import Trajectory
+from rlsvr.rl import grpo
+from rlsvr.rl.batch import build_batch
+from rlsvr.rl.logprobs import token_logprobs
+from rlsvr.rl.train_step import GRPOConfig, init_train_state, make_optimizer, train_step
+from rlsvr.sampling import Sampler
+from tests.rl.tiny import CONFIG, compile_fast, random_params
+
+CFG = GRPOConfig(lr=1e-2, weight_decay=0.0)
+_COMPILED = {}
+
+
+@pytest.fixture(scope="module")
+def params():
+  return random_params(std=0.5)  # peaked enough that top-p 0.9 truncates
+
+
+def sampled_batch(params, **sampling):
+  rng = np.random.default_rng(0)
+  prompts = [rng.integers(1, CONFIG.vocab_size, 6).tolist() for _ in range(4)]
+  rows = [p for p in prompts for _ in range(4)]
+  completions = Sampler(CONFIG)(params, rows, max_new_tokens=8, seed=3, **sampling)
+  trajectories = [Trajectory(p, list(c.ids), list(c.logprobs), float(rng.integers(0, 3)),
+                             group_id=i // 4, role="policy", finish_reason=c.finish_reason)
+                  for i, (p, c) in enumerate(zip(rows, completions))]
+  return build_batch(trajectories, min_bucket=8)
+
+
+@pytest.fixture(scope="module")
+def truncated(params):
+  return sampled_batch(params, top_p=0.9, top_k=20)
+
+
+@pytest.fixture(scope="module")
+def full(params):
+  return sampled_batch(params)
+
+
+def step(cfg, params, batch):
+  state = init_train_state(CONFIG, cfg, params)
+  if cfg not in _COMPILED:
+    _COMPILED[cfg] = compile_fast(train_step, state, batch)
+  state, metrics = _COMPILED[cfg](state, batch)
+  return state, jax.tree.map(float, metrics)
+
+
+def trainer_logprobs(params, batch):
+  c = batch["loss_mask_BxC"].shape[1]
+  logp, _ = jax.jit(functools.partial(token_logprobs, CONFIG))(
+      params, batch["tokens_BxT"], batch["attention_mask_BxT"])
+  return np.asarray(logp)[:, -c:]
+
+
+def test_first_update_ratio_is_exactly_one_under_top_p_and_top_k(params, truncated):
+  _, metrics = step(CFG, params, truncated)
+  assert metrics["actor/ppo_kl"] == 0.0
+  assert metrics["actor/pg_clipfrac"] == 0.0 and metrics["actor/pg_clipfrac_lower"] == 0.0
+  # The sampler drew from the renormalised top-p/top-k distribution: its logprobs are
+  # higher than the full softmax's, which the mismatch metrics must show.
+  assert metrics["rollout_corr/kl"] > 0.02
+  assert metrics["rollout_corr/ratio_mean"] < 0.98
+  assert metrics["rollout_corr/ratio_max"] <= 1.0 + 1e-6
+
+
+def test_mismatch_is_zero_in_fp32_with_the_full_distribution(params, full):
+  _, metrics = step(CFG, params, full)
+  assert abs(metrics["rollout_corr/kl"]) < 1e-5 and abs(metrics["rollout_corr/k3_kl"]) < 1e-5
+  assert metrics["rollout_corr/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+  assert metrics["rollout_corr/ratio_fraction_outside"] == 0.0
+  # Hand check of the kl metric: mean over tokens of (sampler - trainer) logprobs.
+  mask = full["loss_mask_BxC"]
+  mine = trainer_logprobs(params, full)
+  expected = ((full["sampler_logp_BxC"] - mine) * mask).sum() / mask.sum()
+  assert metrics["rollout_corr/kl"] == pytest.approx(float(expected), abs=2e-6)
+
+
+def test_two_updates_per_batch_equal_two_hand_written_updates(params, truncated):
+  # Adam eps 1e-4 keeps the update continuous in the gradient (as in test_train_step):
+  # with 1e-8, float noise in a ~0 gradient entry flips a full-size step.
+  cfg = dataclasses.replace(CFG, updates_per_batch=2, adam_eps=1e-4)
+  state, metrics = step(cfg, params, truncated)
+  # The reference: old logprobs of the whole batch before any update, then one AdamW step
+  # per half of the rows (rows i % 2 == k), each its own token-mean loss against them.
+  old = trainer_logprobs(params, truncated)
+  tx = make_optimizer(cfg)
+  opt, p = tx.init(params), params
+  for k in range(2):
+    mb = {key: v[k::2] for key, v in truncated.items()}
+    mask, c = mb["loss_mask_BxC"], mb["loss_mask_BxC"].shape[1]
+
+    def loss_fn(p, mb=mb, mask=mask, c=c, k=k):
+      logp, _ = token_logprobs(CONFIG, p, mb["tokens_BxT"], mb["attention_mask_BxT"])
+      adv = jnp.broadcast_to(mb["advantages_B"][:, None], mask.shape)
+      return grpo.policy_loss(logp[:, -c:], old[k::2], adv, mask)[0]
+
+    updates, opt = tx.update(jax.grad(loss_fn)(p), opt, p)
+    p = optax.apply_updates(p, updates)
+  for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(p)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=0)
+  # The second update's ratios are against the pre-update policy: no longer 1.
+  assert metrics["actor/ppo_kl"] != 0.0
+  assert int(state.step) == 1
+
+
+def test_rollout_is_weights_hand_computed():
+  old = jnp.array([[-1.0, -2.0, -0.5, 0.0]])
+  sampler = jnp.array([[-1.5, -1.0, -0.5, 9.0]])
+  mask = jnp.array([[1.0, 1.0, 1.0, 0.0]])
+  token = grpo.rollout_is_weights(old, sampler, mask, "token", 1.5)
+  np.testing.assert_allclose(token, [[1.5, np.exp(-1.0), 1.0, 0.0]], rtol=1e-6)
+  # Sequence level: exp(0.5 - 1 + 0) = exp(-0.5) on every unmasked token of the row.
+  seq = grpo.rollout_is_weights(old, sampler, mask, "sequence", 2.0)
+  np.testing.assert_allclose(seq, [[np.exp(-0.5)] * 3 + [0.0]], rtol=1e-6)
+  np.testing.assert_allclose(grpo.rollout_is_weights(old, sampler, mask, "none"), mask)
+  g = jax.grad(lambda o: grpo.rollout_is_weights(o, sampler, mask, "token").sum())(old)
+  assert not np.asarray(g).any()  # no gradient through the weights
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_rollout_is_weights_the_policy_loss(params, truncated, level):
+  cfg = dataclasses.replace(CFG, rollout_is=level, rollout_is_threshold=1.2)
+  _, metrics = step(cfg, params, truncated)
+  mask = truncated["loss_mask_BxC"]
+  log_ratio = (trainer_logprobs(params, truncated) - truncated["sampler_logp_BxC"]) * mask
+  if level == "sequence":
+    log_ratio = np.broadcast_to(log_ratio.sum(-1, keepdims=True), mask.shape)
+  weights = np.minimum(np.exp(log_ratio), 1.2) * mask
+  # Ratio 1 at the first update: the per-token loss is -A, weighted.
+  expected = -(truncated["advantages_B"][:, None] * weights).sum() / mask.sum()
+  assert metrics["actor/pg_loss"] == pytest.approx(float(expected), rel=1e-4, abs=1e-6)
+  assert (weights[mask > 0] < 0.99).mean() > 0.2  # the weights are not all 1
