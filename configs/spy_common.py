@@ -6,7 +6,7 @@ Variants (comma-separated, e.g. `configs/spy_summ.py:cpu,sequential`):
   smoke       tiny random Qwen3 with the real Qwen3 tokenizer; seconds (tests)
   sequential  the two-player sequential game
   no_spy      the no-spy ablation (clue phase only)
-  released    the released code's detection reward shaping
+  released    the released code's detection reward shaping and baseline order
   bundled     the bundled corpus instead of the hub dataset
 """
 import ml_collections
@@ -43,6 +43,9 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   c.spy.beta = game.beta  # Performance reward: spy-vs-civilian coefficient.
   c.spy.lam = game.lam  # Performance reward: civilian-spread coefficient.
   c.spy.baseline_momentum = game.baseline_momentum  # Role-baseline EMA momentum.
+  # pre_update: subtract the EMA from before this step (unbiased); released: update, then
+  # subtract (the released code's order; the `released` variant).
+  c.spy.baseline_order = "released" if "released" in variants else game.baseline_order
   c.spy.training_phase = game.training_phase  # interactive | clue | decision.
   c.spy.cycle_length = game.cycle_length  # Steps per phase when interactive.
   c.spy.joint = False  # Train players and detectors every step.

@@ -23,14 +23,17 @@ ENVS = ("spy", "rlsr")
 class _Items:
   """An endless, seeded stream of source items (reshuffled every pass), `per_step` at a time.
 
-  The stream depends only on the seed, so a resumed run `skip`s the steps it
-  already trained and continues with the items an uninterrupted run would use.
+  The stream depends only on the seed, and `consumed` (checkpointed) counts the
+  items drawn so far, so a resumed run `seek`s there and continues with the
+  items an uninterrupted run would use, also when a step drew extra rounds
+  (`grpo.filter_groups`).
   """
 
   def __init__(self, items: list[Any], per_step: int, seed: int):
     if not items:
       raise ValueError("the data source gave no items")
     self.per_step = per_step
+    self.consumed = 0
     self._stream = self._cycle(items, np.random.default_rng(seed))
 
   @staticmethod
@@ -39,11 +42,32 @@ class _Items:
       for i in rng.permutation(len(items)):
         yield items[i]
 
-  def skip(self, steps: int) -> None:
-    next(itertools.islice(self._stream, steps * self.per_step, steps * self.per_step), None)  # consume
+  def seek(self, consumed: int) -> None:
+    """Continues the stream after its first `consumed` items (from a fresh stream)."""
+    if self.consumed:
+      raise ValueError("seek works on a fresh stream only")
+    next(itertools.islice(self._stream, consumed, consumed), None)  # consume
+    self.consumed = consumed
 
   def next_step(self) -> list[Any]:
+    self.consumed += self.per_step
     return list(itertools.islice(self._stream, self.per_step))
+
+
+def round_rng(seed: int, step: int, round_: int) -> np.random.Generator:
+  """The host RNG of one round of one step (round 0 keeps the unfiltered run's stream)."""
+  return np.random.default_rng([seed, step] if round_ == 0 else [seed, step, round_])
+
+
+class _Experiment:
+  """The trainer-facing parts every experiment shares: checkpointable state."""
+
+  def state_dict(self) -> dict[str, Any]:
+    return {"env": self.env.state_dict(), "items_consumed": self.items.consumed}
+
+  def load_state_dict(self, state: dict[str, Any], step: int) -> None:
+    self.env.load_state_dict(state["env"])
+    self.items.seek(state.get("items_consumed", step * self.items.per_step))
 
 
 def call_sampling(c) -> dict[str, Any]:
@@ -86,7 +110,7 @@ def check(c) -> None:
     raise ValueError(f"bad config ({c.env}.*): {e}") from None
 
 
-class SpyExperiment:
+class SpyExperiment(_Experiment):
   """SpyRL: one game per source document per step."""
 
   def __init__(self, c, tokenizer):
@@ -100,10 +124,10 @@ class SpyExperiment:
                             limit=c.data.limit or max(10 * c.spy.games_per_step, 1000)))
     self.items = _Items(docs, c.spy.games_per_step, c.seed)
 
-  def play(self, step: int, sample, state):
-    del state
-    return self.env.play(self.items.next_step(), sample,
-                         np.random.default_rng([self.c.seed, step]), step)
+  def play(self, step: int, sample, policy_params, round_: int = 0):
+    del policy_params
+    return self.env.play(self.items.next_step(), sample, round_rng(self.c.seed, step, round_),
+                         step)
 
   def judge_state(self, step: int):
     return None
@@ -143,10 +167,11 @@ def rlsr_problems(c) -> list[Any]:
   return problems
 
 
-class SelfJudgeExperiment:
+class SelfJudgeExperiment(_Experiment):
   """RLSR: the policy answers each problem G times; a judge model rewards the answers."""
 
   def __init__(self, c, tokenizer, model_config, initial_params, mesh):
+    """`initial_params` are the policy's weights in the compute dtype (the sampler's)."""
     from rlsvr.envs.self_judge.env import SelfJudgeEnv  # noqa: PLC0415
     from rlsvr.model import sources  # noqa: PLC0415
     from rlsvr.sampling import Sampler  # noqa: PLC0415
@@ -156,7 +181,7 @@ class SelfJudgeExperiment:
     self.schedule = cfg.schedule()
     if c.judge.source:  # Another model judges, with its own tokenizer and sampler.
       jconfig, self.judge_params, jtok = sources.load_model(
-          c.judge.source, dtype=c.model.dtype, mesh=mesh if mesh.size > 1 else None,
+          c.judge.source, dtype=c.model.compute_dtype, mesh=mesh if mesh.size > 1 else None,
           seed=c.seed, tokenizer=c.judge.tokenizer)
     else:
       jconfig, jtok, self.judge_params = model_config, tokenizer, initial_params
@@ -165,22 +190,25 @@ class SelfJudgeExperiment:
                                  max_cache_tokens=c.sampling.max_cache_tokens)
     self.env = SelfJudgeEnv(cfg, tokenizer, judge_tokenizer=jtok)
     self.items = _Items(rlsr_problems(c), c.rlsr.problems_per_step, c.seed)
+    self._judge_calls = (0, itertools.count())  # (step, counter): rounds of a step share it
 
-  def play(self, step: int, sample, state):
+  def play(self, step: int, sample, policy_params, round_: int = 0):
+    """One round of `step`; `policy_params` are the sampler's (compute-dtype) weights."""
     weights = self.schedule.weights_at(step)
-    if weights == "policy" and self.schedule.mode == "delayed":
+    if weights == "policy" and self.schedule.mode == "delayed" and round_ == 0:
       # A copy, not an alias: the train step donates (invalidates) the policy's buffers.
-      self.judge_params = jax.tree.map(jnp.copy, state.params)
-    judge_params = state.params if self.schedule.mode == "online" else self.judge_params
-    calls = itertools.count()
+      self.judge_params = jax.tree.map(jnp.copy, policy_params)
+    judge_params = policy_params if self.schedule.mode == "online" else self.judge_params
+    if self._judge_calls[0] != step:
+      self._judge_calls = (step, itertools.count())
+    calls = self._judge_calls[1]
 
     def judge_sample(prompts, **kw):
       seed = ((self.c.seed * 1_000_003 + step) * 64 + next(calls)) ^ 0x5EED
       return self.judge_sampler(judge_params, prompts, seed=seed, **kw)
 
-    return self.env.play(self.items.next_step(), sample,
-                         np.random.default_rng([self.c.seed, step]), step,
-                         judge_sample=judge_sample)
+    return self.env.play(self.items.next_step(), sample, round_rng(self.c.seed, step, round_),
+                         step, judge_sample=judge_sample)
 
   def judge_state(self, step: int):
     """Judge weights to checkpoint after `step` (only when they are a delayed copy)."""

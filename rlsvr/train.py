@@ -10,6 +10,7 @@ rollout JSONL, orbax checkpoints (resumed automatically), and curves.png.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import os
@@ -24,16 +25,16 @@ config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant
 flags.DEFINE_string("workdir", None, "Output folder (default: config.workdir or runs/<name>).")
 FLAGS = flags.FLAGS
 
-_DTYPES = ("float32", "bfloat16")
-
-
 def check_config(c) -> None:
   """Fails on impossible settings before anything heavy is loaded, naming the key."""
   from rlsvr import experiment  # noqa: PLC0415
 
+  from rlsvr.rl.train_step import DTYPES  # noqa: PLC0415
+
   problems = []
-  if c.model.dtype not in _DTYPES:
-    problems.append(f"model.dtype={c.model.dtype!r} is not one of {_DTYPES}")
+  for key in ("param_dtype", "compute_dtype"):
+    if c.model[key] not in DTYPES:
+      problems.append(f"model.{key}={c.model[key]!r} is not one of {DTYPES}")
   if c.steps < 1:
     problems.append(f"steps={c.steps} must be >= 1")
   if c.checkpoint.every < 1:
@@ -50,7 +51,8 @@ def grpo_config(c):
   # The update scores tokens under the distribution they were sampled from.
   temperature = c.sampling.temperature if c.sampling.temperature > 0 else 1.0
   try:
-    return GRPOConfig(**c.grpo, temperature=temperature, param_dtype=c.model.dtype)
+    return GRPOConfig(**c.grpo, temperature=temperature, param_dtype=c.model.param_dtype,
+                      compute_dtype=c.model.compute_dtype)
   except (TypeError, ValueError) as e:
     raise ValueError(f"bad config (grpo.*): {e}") from None
 
@@ -63,8 +65,9 @@ def train(c, workdir: str) -> dict[str, Any]:
 
   from rlsvr import checkpoint, experiment, metrics, parallel, plan  # noqa: PLC0415
   from rlsvr.model import sources  # noqa: PLC0415
-  from rlsvr.rl import batch as batching  # noqa: PLC0415
-  from rlsvr.rl.train_step import init_train_state, train_step  # noqa: PLC0415
+  from rlsvr.rl import batch as batching, filtering  # noqa: PLC0415
+  from rlsvr.rl.train_step import (cast_params, init_train_state, sampling_params,  # noqa: PLC0415
+                                   train_step)
   from rlsvr.sampling import Sampler  # noqa: PLC0415
 
   parallel.initialize_distributed(**c.distributed)
@@ -81,20 +84,25 @@ def train(c, workdir: str) -> dict[str, Any]:
       f.write(str(c))
   mesh = parallel.make_mesh(dict(c.mesh.shape))
   model_config, params, tokenizer = sources.load_model(
-      c.model.source, dtype=c.model.dtype, mesh=mesh if mesh.size > 1 else None, seed=c.seed,
-      tokenizer=c.model.tokenizer)
-  exp = experiment.build(c, tokenizer, model_config, params, mesh)
-  state = init_train_state(model_config, grpo_config(c), params, seed=c.seed)
-  del params  # The state holds its own copy (and the judge, if any, keeps the original).
+      c.model.source, dtype=c.model.param_dtype, mesh=mesh if mesh.size > 1 else None,
+      seed=c.seed, tokenizer=c.model.tokenizer)
+  gcfg = grpo_config(c)
+  state = init_train_state(model_config, gcfg, params, seed=c.seed)
+  # The state holds its own copy of the masters; a judge of the policy's kind keeps the
+  # initial weights in the compute dtype (not an alias of the masters, which are donated).
+  exp = experiment.build(c, tokenizer, model_config, cast_params(params, gcfg.dtype), mesh)
+  del params
 
   ckpt = checkpoint.Checkpointer(workdir, keep=c.checkpoint.keep)
   start = 0
   if ckpt.latest_step() is not None:
-    state, env_state, _ = ckpt.restore(state)
-    exp.env.load_state_dict(env_state)
+    state, exp_state, _ = ckpt.restore(state)
     start = int(state.step)
-    exp.load_judge_state(ckpt.restore_judge(start, state.params))
-    exp.items.skip(start)  # Items depend only on (seed, step): resume continues the stream.
+    # The stream position is part of the state: resume continues with the same items.
+    exp.load_state_dict(exp_state, start)
+    compute_like = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, gcfg.dtype, sharding=x.sharding), state.params)
+    exp.load_judge_state(ckpt.restore_judge(start, compute_like))
     log(f"resumed from step {start} in {ckpt.directory}")
 
   eos = {tokenizer.eos_token_id}
@@ -107,39 +115,54 @@ def train(c, workdir: str) -> dict[str, Any]:
                                  wandb_project=c.log.wandb_project, run_config=c.to_dict(),
                                  enabled=lead)
   rollouts = metrics.RolloutWriter(workdir, enabled=lead)
-  meta = {"model_config": model_config.to_hf_dict(c.model.dtype), "param_dtype": c.model.dtype,
+  meta = {"model_config": model_config.to_hf_dict(c.model.compute_dtype),
+          "param_dtype": c.model.param_dtype, "compute_dtype": c.model.compute_dtype,
           "config": c.to_json_best_effort()}
   n_data = mesh.shape["data"] * mesh.shape["fsdp"]
+  mb = c.grpo.micro_batch_size
+  # Every update's rows split into whole micro-batches, every micro-batch over the data shards.
+  rows_multiple = int(np.lcm(gcfg.updates_per_batch * (mb or 1), n_data))
   last: dict[str, Any] = {}
   try:
     for step in range(start + 1, c.steps + 1):
       t0 = time.time()
       calls = itertools.count()
+      policy_params = sampling_params(state)  # One compute-dtype copy per step.
 
       def sample(prompts, **kw):
         # A key per (seed, step, call): a resumed run samples what an uninterrupted one would.
         seed = (c.seed * 1_000_003 + step) * 64 + next(calls)
-        return sampler(state.params, prompts, seed=seed, **kw)
+        return sampler(policy_params, prompts, seed=seed, **kw)
 
-      played = exp.play(step, sample, state)
+      play_round = lambda r: exp.play(step, sample, policy_params, r)
+      if gcfg.filter_groups:
+        filtered = filtering.play_filtered(play_round, gcfg.max_num_gen_batches)
+        played, rows, all_rows = filtered.rounds[0], filtered.rows, filtered.played
+        filter_metrics = filtered.metrics
+      else:
+        played = play_round(0)
+        rows = all_rows = played.trajectories
+        filter_metrics = {}
+      del policy_params  # Before the update: with bf16 compute it is a copy of the weights.
       t_play = time.time() - t0
-      mb = c.grpo.micro_batch_size
-      batch = batching.build_batch(played.trajectories, norm_adv_by_std=c.grpo.norm_adv_by_std,
+      batch = batching.build_batch(rows, norm_adv_by_std=gcfg.norm_adv_by_std,
                                    pad_id=tokenizer.pad_token_id or 0,
-                                   batch_multiple=int(np.lcm(mb, n_data)) if mb else n_data)
+                                   batch_multiple=rows_multiple)
       state, step_metrics = train_step(state, parallel.put_batch(batch, mesh))
       step_metrics = jax.device_get(step_metrics)
       dt = time.time() - t0
-      tokens = sum(len(t.completion_ids) for t in played.trajectories)
+      tokens = sum(len(t.completion_ids) for t in all_rows)
       phase = {1.0: "decision", 0.0: "clue"}.get(played.metrics.get("spy/phase_decision"))
-      last = {**({"phase": phase} if phase else {}), **played.metrics,
-              **batching.rollout_metrics(played.trajectories),
+      last = {**({"phase": phase} if phase else {}), **played.metrics, **filter_metrics,
+              **batching.rollout_metrics(all_rows),
               **{k: float(v) for k, v in step_metrics.items()},
               "perf/step_s": dt, "perf/play_s": t_play, "perf/tokens_per_s": tokens / t_play}
       writer.write(step, last)
-      rollouts.write(step, played)
+      rollouts.write(step, played if not gcfg.filter_groups else dataclasses.replace(
+          played, records=[dict(rec, round=r) for r, ep in enumerate(filtered.rounds)
+                           for rec in ep.records]))
       if step % c.checkpoint.every == 0 or step == c.steps:
-        ckpt.save(step, state, exp.env.state_dict(), meta, judge_params=exp.judge_state(step))
+        ckpt.save(step, state, exp.state_dict(), meta, judge_params=exp.judge_state(step))
   finally:  # Finish pending checkpoint writes and flush logs even when a step fails.
     ckpt.close()
     writer.close()

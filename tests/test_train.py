@@ -67,18 +67,35 @@ def test_a_save_cut_off_midway_is_ignored_on_resume(smoke_run, tmp_path):
 
 @pytest.mark.parametrize("name", ["spy_write", "spy_math", "rlsr_integration"])
 def test_every_config_smoke_variant_runs(name, tmp_path):
-  """spy_summ and rlsr_countdown run in the tests above and in test_experiment.py."""
+  """spy_summ and rlsr_countdown run in the tests above and in test_experiment.py; spy_math
+  runs with dynamic sampling (grpo.filter_groups)."""
   config = importlib.import_module(f"configs.{name}").get_config("smoke")
   config.steps = 2
+  filtered = name == "spy_math"
+  if filtered:
+    config.grpo.filter_groups, config.grpo.max_num_gen_batches = True, 2
   workdir = str(tmp_path / name)
   train.train(config, workdir)
-  assert [r["step"] for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [1, 2]
+  rows = metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+  assert [r["step"] for r in rows] == [1, 2]
   assert os.path.getsize(os.path.join(workdir, "rollouts.txt")) > 0
   assert os.path.isdir(os.path.join(workdir, "checkpoints", "2"))
+  for row in rows:
+    assert ("filter/rounds" in row) == filtered
+    assert 0 <= row["rollout_corr/ratio_mean"] and "actor/ppo_kl" in row
+  if filtered:  # The stream position is checkpointed: every round drew its own games.
+    with open(os.path.join(workdir, "checkpoints", "2", "env", "metadata")) as f:
+      saved = json.load(f)  # orbax's JSON item
+    rounds = sum(r["filter/rounds"] for r in rows)
+    assert saved["items_consumed"] == rounds * config.spy.games_per_step
 
 
 @pytest.mark.parametrize("key,value,match", [
-    ("model.dtype", "float16", "model.dtype"),
+    ("model.param_dtype", "float16", "model.param_dtype"),
+    ("model.compute_dtype", "int8", "model.compute_dtype"),
+    ("grpo.updates_per_batch", 0, "grpo"),
+    ("grpo.rollout_is", "geometric", "grpo"),
+    ("spy.baseline_order", "after", "spy"),
     ("steps", 0, "steps"),
     ("spy.mask_fraction", 1.5, "spy"),
     ("spy.variant", "triple", "spy"),

@@ -32,7 +32,8 @@ class SampleFn(Protocol):
 class Trajectory:
   """One (prompt, completion) pair with its scalar reward.
 
-  `group_id` ties together the rows whose rewards are normalised against each
+  `reward` is the raw reward; `baseline` is subtracted from it before group
+  normalisation (e.g. the spy game's role EMAs; 0 for plain GRPO). `group_id` ties together the rows whose rewards are normalised against each
   other (GRPO groups); `role` names the row's part in the episode ("spy",
   "civilian", "detector", "policy", ...), used for role baselines and metrics;
   `trained` is False for rows that were played but not trained on this step
@@ -47,6 +48,7 @@ class Trajectory:
   role: str
   trained: bool = True
   finish_reason: str = "length"
+  baseline: float = 0.0
 
 
 @dataclasses.dataclass

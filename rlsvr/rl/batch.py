@@ -5,7 +5,7 @@ Layout of one row (P = prompt bucket, C = completion bucket, T = P + C):
   tokens     [pad ... pad  p0 p1 ... pk | c0 c1 ... EOS  pad ... pad]   B x T
   attention  [0   ...   0   1  1 ...  1 |  1  1 ...   1    0 ...   0]   B x T
   loss_mask                             |  1  1 ...   1    0 ...   0]   B x C
-  old_logp                              | l0 l1 ...  le    0 ...   0]   B x C
+  sampler_logp                          | l0 l1 ...  le    0 ...   0]   B x C
 
 The prompt ends at column P and the completion starts there, so every row's
 completion starts at the same column, and the per-token arrays of the loss
@@ -39,10 +39,13 @@ def bucket(n: int, minimum: int = 16) -> int:
 
 
 def advantages_of(trajectories: Sequence[Trajectory], *, norm_by_std: bool = True) -> np.ndarray:
-  """GRPO advantages of every row, grouped by `group_id` (trained or not)."""
+  """GRPO advantages of every row, grouped by `group_id` (trained or not): each row's
+  `reward - baseline` against its group's, and 0 for a group whose raw rewards are equal."""
   rewards = np.array([t.reward for t in trajectories], np.float32)
+  baselines = np.array([t.baseline for t in trajectories], np.float32)
   groups = np.array([t.group_id for t in trajectories], np.int64)
-  return np.asarray(grpo.group_advantages(rewards, groups, norm_by_std=norm_by_std))
+  return np.asarray(grpo.group_advantages(rewards, groups, baselines_N=baselines,
+                                          norm_by_std=norm_by_std))
 
 
 def build_batch(trajectories: Sequence[Trajectory], *, advantages: Sequence[float] | None = None,
@@ -58,11 +61,12 @@ def build_batch(trajectories: Sequence[Trajectory], *, advantages: Sequence[floa
     pad_id: token id of padding (never attended to, never trained).
     min_bucket: the smallest prompt / completion bucket.
     batch_multiple: rows are padded with fully masked rows to a multiple of
-      this (micro-batch size x data shards), which changes no loss.
+      this (updates per batch x micro-batch size, and data shards), which
+      changes no loss.
 
   Returns:
-    tokens_BxT, attention_mask_BxT, loss_mask_BxC, old_logp_BxC, advantages_B
-    as numpy arrays (int32 / float32).
+    tokens_BxT, attention_mask_BxT, loss_mask_BxC, sampler_logp_BxC,
+    advantages_B as numpy arrays (int32 / float32).
   """
   if advantages is None:
     advantages = advantages_of(trajectories, norm_by_std=norm_adv_by_std)
@@ -80,7 +84,7 @@ def build_batch(trajectories: Sequence[Trajectory], *, advantages: Sequence[floa
   tokens = np.full((b, p + c), pad_id, np.int32)
   attention = np.zeros((b, p + c), np.int32)
   loss_mask = np.zeros((b, c), np.float32)
-  old_logp = np.zeros((b, c), np.float32)
+  sampler_logp = np.zeros((b, c), np.float32)
   adv = np.zeros((b,), np.float32)
   for i, (t, a) in enumerate(rows):
     n_p, n_c = len(t.prompt_ids), len(t.completion_ids)
@@ -88,19 +92,21 @@ def build_batch(trajectories: Sequence[Trajectory], *, advantages: Sequence[floa
     tokens[i, p:p + n_c] = t.completion_ids
     attention[i, p - n_p:p + n_c] = 1
     loss_mask[i, :n_c] = 1.0
-    old_logp[i, :n_c] = t.logprobs
+    sampler_logp[i, :n_c] = t.logprobs
     adv[i] = a
   return {"tokens_BxT": tokens, "attention_mask_BxT": attention, "loss_mask_BxC": loss_mask,
-          "old_logp_BxC": old_logp, "advantages_B": adv}
+          "sampler_logp_BxC": sampler_logp, "advantages_B": adv}
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-  """reward/mean|std, frac_reward_zero_std, response_length/mean|max|clip_ratio (trained rows).
+  """reward/mean|std, reward/baselined_mean, frac_reward_zero_std,
+  response_length/mean|max|clip_ratio, over the trained rows.
 
-  `frac_reward_zero_std` is the fraction of groups (of trained rows) whose
+  Rewards are raw (`reward/baselined_mean` is the mean of reward - baseline).
+  `frac_reward_zero_std` is the fraction of groups (of trained rows) whose raw
   rewards are all equal, a group of one included: those rows teach nothing
-  relative to their group. `clip_ratio` is the
-  fraction of completions cut by the length limit (finish_reason "length").
+  relative to their group. `clip_ratio` is the fraction of completions cut by
+  the length limit (finish_reason "length").
   """
   rows = [t for t in trajectories if t.trained]
   if not rows:
@@ -113,6 +119,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
   return {
       "reward/mean": float(rewards.mean()),
       "reward/std": float(rewards.std()),
+      "reward/baselined_mean": float(np.mean([t.reward - t.baseline for t in rows])),
       "frac_reward_zero_std": float(np.mean([np.ptp(g) == 0 for g in groups.values()])),
       "response_length/mean": float(lengths.mean()),
       "response_length/max": float(lengths.max()),

@@ -37,14 +37,14 @@ def test_layout_of_rows():
   np.testing.assert_array_equal(b["tokens_BxT"][0, :11], [0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 9])
   np.testing.assert_array_equal(b["attention_mask_BxT"][0, :12], [0] * 5 + [1] * 6 + [0])
   # The loss arrays cover the completion columns [8, 40) only.
-  assert b["loss_mask_BxC"].shape == b["old_logp_BxC"].shape == (3, 32)
+  assert b["loss_mask_BxC"].shape == b["sampler_logp_BxC"].shape == (3, 32)
   np.testing.assert_array_equal(b["loss_mask_BxC"][0, :4], [1] * 3 + [0])
-  np.testing.assert_allclose(b["old_logp_BxC"][0, :3], [-0.5, -0.6, -0.7])
-  assert b["old_logp_BxC"][0, 3:].sum() == 0
+  np.testing.assert_allclose(b["sampler_logp_BxC"][0, :3], [-0.5, -0.6, -0.7])
+  assert b["sampler_logp_BxC"][0, 3:].sum() == 0
   # Every completion starts at the prompt bucket's end.
   assert np.all(b["loss_mask_BxC"][:, 0] == 1)
   assert b["loss_mask_BxC"][2].sum() == 20 and b["attention_mask_BxT"][1].sum() == 2
-  assert b["tokens_BxT"].dtype == np.int32 and b["old_logp_BxC"].dtype == np.float32
+  assert b["tokens_BxT"].dtype == np.int32 and b["sampler_logp_BxC"].dtype == np.float32
 
 
 def test_advantages_use_untrained_rows_of_the_group():

@@ -99,3 +99,28 @@ def test_the_sampler_reads_one_compute_dtype_copy(params):
   assert {x.dtype for x in jax.tree.leaves(state.ref_params)} == {jnp.dtype(jnp.bfloat16)}
   same = init_train_state(CONFIG, dataclasses.replace(cfg, compute_dtype="float32"), params)
   assert sampling_params(same) is same.params  # equal dtypes: no copy
+
+
+def test_a_resumed_run_continues_from_the_fp32_masters(params, batch, tmp_path):
+  from rlsvr import checkpoint
+
+  cfg = paper_update_config(kl_coef=0.0, lr=1e-4)
+  state = init_train_state(CONFIG, cfg, params)
+  step = compile_fast(train_step, state, batch)
+  state, _ = step(state, batch)
+  saver = checkpoint.Checkpointer(str(tmp_path))
+  saver.save(1, state, {}, {})
+  saver.close()
+  restored, _, _ = checkpoint.Checkpointer(str(tmp_path)).restore(init_train_state(CONFIG, cfg,
+                                                                                   params))
+  for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(state.params)):
+    assert a.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # The masters carry what a bf16 copy would lose.
+  leaves = [np.asarray(x) for x in jax.tree.leaves(restored.params)]
+  lossy = [x != x.astype(jnp.bfloat16).astype(np.float32) for x in leaves]
+  assert sum(x.sum() for x in lossy) / sum(x.size for x in lossy) > 0.9
+  expected, _ = step(state, batch)
+  continued, _ = step(restored, batch)
+  for a, b in zip(jax.tree.leaves(continued.params), jax.tree.leaves(expected.params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

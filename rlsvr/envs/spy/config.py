@@ -47,6 +47,8 @@ class SpyGameConfig:
     detection_reward: "paper" (1 for the spy) or "released" (the shaping).
     beta, lam: performance-reward coefficients β and λ.
     baseline_momentum: momentum of the per-role EMA reward baselines.
+    baseline_order: "pre_update" (subtract the EMA from before this step) or
+      "released" (fold the step in first, then subtract: the released code).
     training_phase: "interactive", "clue" or "decision".
     cycle_length: steps per phase when interactive.
     joint: train players and detectors every step, whatever the phase.
@@ -73,6 +75,7 @@ class SpyGameConfig:
   beta: float = 0.1
   lam: float = 0.1
   baseline_momentum: float = 0.9
+  baseline_order: str = "pre_update"
   training_phase: str = "interactive"
   cycle_length: int = 1
   joint: bool = False
@@ -98,6 +101,8 @@ class SpyGameConfig:
          f"training_phase must be one of {mechanics.TRAINING_PHASES}"),
         (self.cycle_length >= 1, "cycle_length must be >= 1"),
         (0.0 <= self.baseline_momentum <= 1.0, "baseline_momentum must be in [0, 1]"),
+        (self.baseline_order in mechanics.BASELINE_ORDERS,
+         f"baseline_order must be one of {mechanics.BASELINE_ORDERS}"),
         (self.variant != "no_spy" or (self.training_phase == "clue" and not self.joint),
          "the no_spy ablation trains the clue phase only (training_phase='clue', joint=False)"),
     ]

@@ -5,11 +5,12 @@ parallel and no-spy variants make one call per round for all players of all
 games, the sequential variant one call per turn; then one call for all
 detectors of all games, who all judge the same game.
 
-Rewards: `Trajectory.reward` is the raw reward minus the role's EMA baseline
-(roles "spy", "civilian", "detector"), ready for group normalisation. The
-baselines fold in the batch's role means first and are then subtracted (see
-`mechanics.RoleBaselines`); raw rewards are kept in the records and metrics,
-and `state_dict` holds the baselines for checkpoints.
+Rewards: `Trajectory.reward` is the raw reward and `Trajectory.baseline` the
+role's EMA baseline (roles "spy", "civilian", "detector"), subtracted before
+group normalisation; by default the EMA from before this step, option
+`baseline_order="released"` the one updated with it (`mechanics.RoleBaselines`).
+A group whose raw rewards are all equal gets advantage 0 whatever the
+baselines. `state_dict` holds the baselines for checkpoints.
 
 Groups: the players of game g (all rounds) form group 2g, its detectors
 group 2g + 1. Rows of the phase not trained this step have `trained=False`.
@@ -91,7 +92,7 @@ class SpyGame:
     self.tokenizer = tokenizer
     self.chat_template_kwargs = dict(chat_template_kwargs or {})
     self.record_prompts = record_prompts
-    self.baselines = mechanics.RoleBaselines(config.baseline_momentum)
+    self.baselines = mechanics.RoleBaselines(config.baseline_momentum, config.baseline_order)
 
   def state_dict(self) -> dict[str, Any]:
     return {"baselines": self.baselines.state_dict()}
@@ -219,10 +220,10 @@ class SpyGame:
         rows.append((game, det, self._row(game.detection_ids, det[0], 2 * game.index + 1,
                                           "detector", phase == "decision" or cfg.joint), raw))
 
-    raw_rewards = [raw for *_, raw in rows]
-    baselines = self.baselines.update(raw_rewards, [row.role for _, _, row, _ in rows])
+    baselines = self.baselines.for_batch([raw for *_, raw in rows],
+                                         [row.role for _, _, row, _ in rows])
     for _, _, row, raw in rows:
-      row.reward = raw - baselines[row.role]
+      row.reward, row.baseline = raw, baselines[row.role]
 
     recs = [records.game_record(game, step, phase, cfg, perf[game.index], baselines,
                                 [(src, row, raw) for g, src, row, raw in rows if g is game])

@@ -279,18 +279,27 @@ def role_means(rewards: Sequence[float], roles: Sequence[str]) -> dict[str, floa
   return {role: float(np.mean(values)) for role, values in sums.items()}
 
 
+BASELINE_ORDERS = ("pre_update", "released")
+
+
 class RoleBaselines:
   """Per-role EMA baselines: b <- m·b + (1 - m)·mean(role rewards in the batch).
 
-  `update` folds in a batch first and the caller then subtracts the updated
-  baseline, so a step's rewards are centred partly on themselves. A role
-  starts at 0. The state is a plain dict for checkpoints.
+  `for_batch` gives the baselines a batch's rewards are centred on and folds
+  the batch in. Order `pre_update` (default, as SPIRAL's role baselines)
+  subtracts the EMA from before this batch, so a reward is never centred on
+  itself; `released` (the released SpyRL code) folds the batch in first and
+  subtracts the updated EMA. A role starts at 0. The state is a plain dict for
+  checkpoints.
   """
 
-  def __init__(self, momentum: float = 0.9):
+  def __init__(self, momentum: float = 0.9, order: str = "pre_update"):
     if not 0.0 <= momentum <= 1.0:
       raise ValueError(f"baseline momentum must be in [0, 1], got {momentum}")
+    if order not in BASELINE_ORDERS:
+      raise ValueError(f"baseline order must be one of {BASELINE_ORDERS}, got {order!r}")
     self.momentum = momentum
+    self.order = order
     self.values: dict[str, float] = {}
 
   def update(self, rewards: Sequence[float], roles: Sequence[str]) -> dict[str, float]:
@@ -299,6 +308,12 @@ class RoleBaselines:
       old = self.values.get(role, 0.0)
       self.values[role] = self.momentum * old + (1.0 - self.momentum) * mean
     return dict(self.values)
+
+  def for_batch(self, rewards: Sequence[float], roles: Sequence[str]) -> dict[str, float]:
+    """The baseline of each role in `roles` for this batch (by `order`); folds it in."""
+    before = {role: self.values.get(role, 0.0) for role in roles}
+    after = self.update(rewards, roles)
+    return before if self.order == "pre_update" else {role: after[role] for role in roles}
 
   def state_dict(self) -> dict[str, float]:
     return dict(self.values)

@@ -36,7 +36,7 @@ def game_record(
   for source, row, raw in rows:
     common = dict(role=row.role, finish_reason=row.finish_reason,
                   num_tokens=len(row.completion_ids), trained=row.trained, reward_raw=raw,
-                  reward=row.reward)
+                  reward=row.reward - row.baseline)
     if row.role == "detector":
       _, response, parsed = source
       detectors.append(dict(detector=len(detectors) + 1, response=response, vote=parsed.vote,

@@ -97,8 +97,8 @@ def test_rewards_baselines_and_phases():
   raw = {"detector": 1.0, "spy": -0.2, "civilian": 0.2 / 3}
   baselines = {role: 0.1 * value for role, value in raw.items()}
   assert env.state_dict()["baselines"] == pytest.approx(baselines)
-  for row in rows:
-    assert row.reward == pytest.approx(raw[row.role] - baselines[row.role])
+  for row in rows:  # Raw rewards; the first step's baselines are the EMAs before it: 0.
+    assert row.reward == pytest.approx(raw[row.role]) and row.baseline == 0
   # Step 1 of interactive trains the decision phase, step 2 the clue phase.
   assert all(r.trained == (r.role == "detector") for r in rows)
   _, _, batch2 = _play(config, bundled_corpus("summarisation")[:2], step=2)
