@@ -48,16 +48,16 @@ def make_models(name: str, dtype: str, with_torch: bool):
       model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
       config = ModelConfig.from_hf_dict(cfg.to_dict())
       tensors = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-      params = hf.params_from_tensors(config, tensors, jnp.dtype(dtype))
+      params = hf.params_from_tensors(config, tensors, jnp.float32)
     else:
       from rlsvr.model import assets
       path = assets.smollm2_135m()
-      config, params = hf.load_pretrained(path, jnp.dtype(dtype))
+      config, params = hf.load_pretrained(path, jnp.float32)
       model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     return config, params, model.to(torch_dtype) if with_torch else None
   config = preset(name)
   params = jax.jit(qwen3.init_params, static_argnums=(0, 2))(config, jax.random.key(0),
-                                                             jnp.dtype(dtype))
+                                                             jnp.float32)
   return config, params, None
 
 
@@ -67,10 +67,11 @@ def make_batch(config: ModelConfig, params, batch: int, seq_len: int, seed: int 
   attention = np.ones((batch, seq_len), np.int32)
   # The second half of each row is the completion, as `build_batch` lays it out.
   loss_mask = np.ones((batch, seq_len - seq_len // 2), np.float32)
-  # Old logprobs = the current policy's, so that ratios start at 1 on both sides.
+  # Sampler logprobs = the current policy's. Ours takes the old logprobs from its own
+  # forward (ratio 1, as in training); torch gets them as a fixed input: ratio 1 too.
   logp, _ = jax.jit(token_logprobs, static_argnums=0)(config, params, tokens, attention)
   return {"tokens_BxT": tokens, "attention_mask_BxT": attention, "loss_mask_BxC": loss_mask,
-          "old_logp_BxC": np.asarray(logp)[:, seq_len // 2:] * loss_mask,
+          "sampler_logp_BxC": np.asarray(logp, np.float32)[:, seq_len // 2:] * loss_mask,
           "advantages_B": rng.normal(size=batch).astype(np.float32)}
 
 
@@ -97,7 +98,7 @@ def time_torch(model, batch, grpo_config, steps):
   attention = torch.tensor(batch["attention_mask_BxT"])
   positions = (attention.cumsum(-1) - 1).clamp(min=0)
   mask = torch.tensor(batch["loss_mask_BxC"])
-  old = torch.tensor(batch["old_logp_BxC"])
+  old = torch.tensor(batch["sampler_logp_BxC"])
   start = tokens.shape[1] - mask.shape[1]  # first completion column
   adv = torch.tensor(batch["advantages_B"])[:, None]
 
@@ -139,14 +140,17 @@ def main():
   parser.add_argument("--batch", type=int, default=4)
   parser.add_argument("--micro-batch", type=int, default=0)
   parser.add_argument("--steps", type=int, default=3)
-  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                      help="compute dtype (ours: fp32 masters unless --param-dtype; torch: "
+                           "the model's dtype)")
+  parser.add_argument("--param-dtype", default="float32", choices=("float32", "bfloat16"))
   parser.add_argument("--remat", action="store_true")
   parser.add_argument("--no-torch", action="store_true")
   args = parser.parse_args()
 
   print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; load: {os.getloadavg()}")
   grpo_config = GRPOConfig(lr=1e-6, micro_batch_size=args.micro_batch, remat=args.remat,
-                           param_dtype=args.dtype)
+                           param_dtype=args.param_dtype, compute_dtype=args.dtype)
   header = f"{'model':<14}{'T':>6}{'B':>4} {'ours tok/s':>11} {'torch tok/s':>12} {'ratio':>7}"
   print(header + f" {'compile s':>10} {'pg_loss ours/torch':>20}")
   for name in args.models.split(","):

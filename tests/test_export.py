@@ -39,3 +39,30 @@ def test_export_of_an_earlier_step_in_bfloat16(smoke_run, tmp_path):
   assert step == 1
   model = transformers.AutoModelForCausalLM.from_pretrained(path)
   assert model.dtype == torch.bfloat16
+
+
+def test_export_defaults_to_the_runs_compute_dtype_and_keeps_the_fp32_masters(tmp_path):
+  import json
+
+  import safetensors.numpy
+
+  from rlsvr import export
+  from rlsvr.rl.train_step import GRPOConfig, init_train_state
+  from tests.rl.tiny import CONFIG, random_params
+
+  state = init_train_state(CONFIG, GRPOConfig(compute_dtype="bfloat16"), random_params())
+  meta = {"model_config": CONFIG.to_hf_dict("bfloat16"), "param_dtype": "float32",
+          "compute_dtype": "bfloat16", "config": json.dumps({"model": {"source": "random:tiny"}})}
+  saver = checkpoint.Checkpointer(str(tmp_path / "run"))
+  saver.save(1, state, {}, meta)
+  saver.close()
+  _, default = export.export(str(tmp_path / "run"), str(tmp_path / "default"))
+  _, full = export.export(str(tmp_path / "run"), str(tmp_path / "fp32"), dtype="float32")
+  read = lambda d: safetensors.numpy.load_file(os.path.join(d, "model.safetensors"))
+  # safetensors.numpy reads bf16 as ml_dtypes.bfloat16: 2-byte elements.
+  assert {v.dtype.itemsize for v in read(default).values()} == {2}
+  masters = read(full)
+  q = np.asarray(state.params["layers"]["attn"]["q_proj"])
+  assert {v.dtype for v in masters.values()} == {np.dtype(np.float32)}
+  np.testing.assert_array_equal(masters["model.layers.0.self_attn.q_proj.weight"],
+                                q[0].reshape(q.shape[1], -1).T)

@@ -95,16 +95,19 @@ def test_two_updates_per_batch_equal_two_hand_written_updates(params, truncated)
   old = trainer_logprobs(params, truncated)
   tx = make_optimizer(cfg)
   opt, p = tx.init(params), params
-  for k in range(2):
-    mb = {key: v[k::2] for key, v in truncated.items()}
-    mask, c = mb["loss_mask_BxC"], mb["loss_mask_BxC"].shape[1]
 
-    def loss_fn(p, mb=mb, mask=mask, c=c, k=k):
+  @jax.jit
+  def grad_fn(p, mb, old_logp):
+    def loss_fn(p):
+      mask = mb["loss_mask_BxC"]
       logp, _ = token_logprobs(CONFIG, p, mb["tokens_BxT"], mb["attention_mask_BxT"])
       adv = jnp.broadcast_to(mb["advantages_B"][:, None], mask.shape)
-      return grpo.policy_loss(logp[:, -c:], old[k::2], adv, mask)[0]
+      return grpo.policy_loss(logp[:, -mask.shape[1]:], old_logp, adv, mask)[0]
+    return jax.grad(loss_fn)(p)
 
-    updates, opt = tx.update(jax.grad(loss_fn)(p), opt, p)
+  for k in range(2):
+    mb = {key: v[k::2] for key, v in truncated.items()}
+    updates, opt = tx.update(grad_fn(p, mb, old[k::2]), opt, p)
     p = optax.apply_updates(p, updates)
   for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(p)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=0)
