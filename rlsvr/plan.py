@@ -198,17 +198,15 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
                         gathered * (pb + 4), "whole", estimate=True)] if gathered else []
     comps += [
         Component(phase, "gradient accumulator (float32)", f32_bytes, how),
-        Component(phase, f"micro-batch gradients ({compute}, then float32)", p_bytes + f32_bytes,
-                  how, estimate=True),
+        Component(phase, f"micro-batch gradients ({compute})", p_bytes, how),
         Component(phase, f"activations, {rd} rows, remat={c.grpo.remat}",
                   train_activations(m, rd, p + cl, cl, pb, remat=c.grpo.remat, t=t, chunk=chunk,
                                     block=DEFAULT_BLOCK),
                   f"rows/{nb} (data·fsdp)" if rd < mb else "micro-batch whole", estimate=True),
         Component(phase, "batch arrays (host numpy: whole) + micro split",
                   2 * b * (2 * (p + cl) + 2 * cl) * 4, "whole", estimate=True)]
-    if copies:
-      comps.append(Component(phase, f"weights of the forward ({compute} copy)", p_bytes, how,
-                             estimate=True))
+    if copies:  # Cast once per update, alive through its micro-batches.
+      comps.append(Component(phase, f"weights of the forward ({compute} copy)", p_bytes, how))
   comps.append(Component("optimizer update", "gradients + fp32 params + updates (float32)",
                          3 * f32_bytes, how, estimate=True))
   notes += [f"prompt tokens per call before bucketing: {prompt_len} (--prompt_tokens=name=N)",

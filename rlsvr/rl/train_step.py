@@ -261,9 +261,10 @@ _MAXES = ("rollout_corr/ratio_max",)
 
 
 def _micro_loss(params, state: TrainState, mb: dict[str, jax.Array], denominator):
-  """This micro-batch's share of the (mini-)batch loss, and its metric numerators."""
+  """This micro-batch's share of the (mini-)batch loss, and its metric numerators;
+  `params` are the compute-dtype copy."""
   cfg = state.config
-  logp_BxC, entropy_BxC = _logprobs(state, _cast(params, cfg.dtype), mb)
+  logp_BxC, entropy_BxC = _logprobs(state, params, mb)
   mask_BxC = mb["loss_mask_BxC"]
 
   def share(values_BxC):
@@ -312,9 +313,13 @@ def _update(state: TrainState, batch: dict[str, jax.Array]):
   denominator = jnp.maximum(denominator, 1.0)
 
   grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
+  # One compute-dtype copy per update; gradients w.r.t. it are what a gradient w.r.t. the
+  # masters through the cast would be (the cast's transpose is a cast), but in the compute
+  # dtype: added into the fp32 accumulator, no fp32 micro-batch gradient is materialised.
+  compute_params = _cast(state.params, cfg.dtype)
 
   def accumulate(grads, mb):
-    (loss, aux), g = grad_fn(state.params, state, mb, denominator)
+    (loss, aux), g = grad_fn(compute_params, state, mb, denominator)
     grads = jax.tree.map(lambda acc, x: acc + x.astype(jnp.float32), grads, g)
     return grads, dict(aux, **{"actor/loss": loss})
 
