@@ -10,7 +10,6 @@ rollout JSONL, orbax checkpoints (resumed automatically), and curves.png.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import os
@@ -28,7 +27,6 @@ FLAGS = flags.FLAGS
 def check_config(c) -> None:
   """Fails on impossible settings before anything heavy is loaded, naming the key."""
   from rlsvr import experiment  # noqa: PLC0415
-
   from rlsvr.rl.train_step import DTYPES  # noqa: PLC0415
 
   problems = []
@@ -134,33 +132,26 @@ def train(c, workdir: str) -> dict[str, Any]:
         seed = (c.seed * 1_000_003 + step) * 64 + next(calls)
         return sampler(policy_params, prompts, seed=seed, **kw)
 
-      play_round = lambda r: exp.play(step, sample, policy_params, r)
-      if gcfg.filter_groups:
-        filtered = filtering.play_filtered(play_round, gcfg.max_num_gen_batches)
-        played, rows, all_rows = filtered.rounds[0], filtered.rows, filtered.played
-        filter_metrics = filtered.metrics
-      else:
-        played = play_round(0)
-        rows = all_rows = played.trajectories
-        filter_metrics = {}
+      played = filtering.play_step(lambda r: exp.play(step, sample, policy_params, r),
+                                   filter_groups=gcfg.filter_groups,
+                                   max_rounds=gcfg.max_num_gen_batches)
       del policy_params  # Before the update: with bf16 compute it is a copy of the weights.
       t_play = time.time() - t0
-      batch = batching.build_batch(rows, norm_adv_by_std=gcfg.norm_adv_by_std,
+      batch = batching.build_batch(played.rows, norm_adv_by_std=gcfg.norm_adv_by_std,
                                    pad_id=tokenizer.pad_token_id or 0,
                                    batch_multiple=rows_multiple)
       state, step_metrics = train_step(state, parallel.put_batch(batch, mesh))
       step_metrics = jax.device_get(step_metrics)
       dt = time.time() - t0
-      tokens = sum(len(t.completion_ids) for t in all_rows)
-      phase = {1.0: "decision", 0.0: "clue"}.get(played.metrics.get("spy/phase_decision"))
-      last = {**({"phase": phase} if phase else {}), **played.metrics, **filter_metrics,
-              **batching.rollout_metrics(all_rows),
+      tokens = sum(len(t.completion_ids) for t in played.played)
+      record = played.record()
+      phase = {1.0: "decision", 0.0: "clue"}.get(record.metrics.get("spy/phase_decision"))
+      last = {**({"phase": phase} if phase else {}), **record.metrics, **played.metrics,
+              **batching.rollout_metrics(played.played),
               **{k: float(v) for k, v in step_metrics.items()},
               "perf/step_s": dt, "perf/play_s": t_play, "perf/tokens_per_s": tokens / t_play}
       writer.write(step, last)
-      rollouts.write(step, played if not gcfg.filter_groups else dataclasses.replace(
-          played, records=[dict(rec, round=r) for r, ep in enumerate(filtered.rounds)
-                           for rec in ep.records]))
+      rollouts.write(step, record)
       if step % c.checkpoint.every == 0 or step == c.steps:
         ckpt.save(step, state, exp.state_dict(), meta, judge_params=exp.judge_state(step))
   finally:  # Finish pending checkpoint writes and flush logs even when a step fails.

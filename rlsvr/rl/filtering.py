@@ -19,13 +19,22 @@ from rlsvr.envs.base import EpisodeBatch, Trajectory
 
 
 @dataclasses.dataclass
-class FilteredRounds:
-  """What the filter played and kept in one step."""
+class PlayedStep:
+  """What one step played (all rounds) and what it trains on."""
 
   rows: list[Trajectory]  # The rows to build the batch from (kept groups, ids unique).
   played: list[Trajectory]  # Every row of every round (ids unique): rollout metrics.
   rounds: list[EpisodeBatch]  # Each round's environment output (records, metrics).
   metrics: dict[str, float]
+
+  def record(self) -> EpisodeBatch:
+    """What the rollout logs show: round 0's text and metrics, every round's records
+    (tagged with their round when there were several)."""
+    first = self.rounds[0]
+    if len(self.rounds) == 1:
+      return first
+    return dataclasses.replace(first, records=[
+        dict(rec, round=r) for r, episode in enumerate(self.rounds) for rec in episode.records])
 
 
 def groups_of(rows: Sequence[Trajectory]) -> dict[int, list[Trajectory]]:
@@ -41,7 +50,7 @@ def is_informative(group: Sequence[Trajectory]) -> bool:
   return len(group) > 1 and len({row.reward for row in group}) > 1
 
 
-def play_filtered(play_round: Callable[[int], EpisodeBatch], max_rounds: int) -> FilteredRounds:
+def play_filtered(play_round: Callable[[int], EpisodeBatch], max_rounds: int) -> PlayedStep:
   """Plays rounds 0, 1, ... with `play_round(round)` until enough informative trained groups.
 
   The target is the number of trained groups of round 0 (one step's batch).
@@ -74,4 +83,13 @@ def play_filtered(play_round: Callable[[int], EpisodeBatch], max_rounds: int) ->
              "filter/groups_kept": float(len(kept)), "filter/groups_dropped": float(dropped),
              "filter/batch_full": float(len(kept) >= target)}
   chosen = kept or first_trained
-  return FilteredRounds([t for g in chosen for t in g], played, rounds, metrics)
+  return PlayedStep([t for g in chosen for t in g], played, rounds, metrics)
+
+
+def play_step(play_round: Callable[[int], EpisodeBatch], *, filter_groups: bool,
+              max_rounds: int) -> PlayedStep:
+  """One step's play: a single round, or `play_filtered` with `filter_groups`."""
+  if filter_groups:
+    return play_filtered(play_round, max_rounds)
+  episode = play_round(0)
+  return PlayedStep(episode.trajectories, episode.trajectories, [episode], {})
