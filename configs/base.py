@@ -13,6 +13,10 @@ def base_config() -> ml_collections.ConfigDict:
   # Refuse to start when the memory plan (`python -m rlsvr.plan`) does not fit the devices.
   # Its activation terms are estimates (~1.1-1.4x XLA's own on CPU): False overrides it.
   c.check_memory = True
+  # A rerun in a workdir with checkpoints resumes it, and refuses when a key that changes
+  # results (model, data, optimizer, game, judge, ...) differs from the checkpoint's run;
+  # True continues anyway (the differing keys are printed).
+  c.resume_with_changes = False
 
   c.model = ml_collections.ConfigDict()
   # "smollm2" (bundled SmolLM2-135M-Instruct), "hub:<org/name>" (HF hub, needs network),

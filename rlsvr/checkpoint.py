@@ -9,12 +9,19 @@ Layout under `workdir/checkpoints/<step>/`:
 The frozen reference weights are not saved: they are the initial weights and
 are rebuilt from the model source on resume. Orbax writes each step to a
 temporary directory and renames it when complete, so a crash mid-save leaves
-the previous checkpoint intact and resume picks the newest complete one.
+the previous checkpoint intact and resume picks the newest complete one. A
+complete step that cannot be read (a truncated file, a missing item) is moved
+to `workdir/checkpoints_unreadable/` with a warning naming it, and the next
+older one is restored; only when none is readable does restore fail.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import shutil
+import sys
+import time
 from typing import Any
 
 import jax
@@ -67,10 +74,46 @@ class Checkpointer:
 
   def restore(self, state: TrainState, step: int | None = None
               ) -> tuple[TrainState, dict[str, Any], dict[str, Any]]:
-    """Restores into the structure and shardings of `state` (a freshly built one)."""
-    step = self.latest_step() if step is None else step
-    if step is None:
+    """Restores into the structure and shardings of `state` (a freshly built one).
+
+    Without `step`: the newest readable checkpoint (unreadable newer ones are set
+    aside, see the module docstring); RuntimeError when none is readable.
+    """
+    steps = sorted(self.manager.all_steps(), reverse=True) if step is None else [step]
+    if not steps:
       raise FileNotFoundError(f"no checkpoint in {self.directory}")
+    errors = []
+    for s in steps:
+      try:
+        restored = self._restore_step(state, s)
+      except Exception as e:  # noqa: BLE001 (orbax and tensorstore raise many kinds)
+        if step is not None:
+          raise
+        errors.append((s, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"))
+        continue
+      if errors:
+        self._set_aside([bad for bad, _ in errors])
+        print("WARNING: unreadable checkpoint(s) " + "; ".join(f"step {b} ({why})"
+              for b, why in errors) + f", moved to {self.unreadable_dir}; resuming from step "
+              f"{s} instead", file=sys.stderr, flush=True)
+      return restored
+    raise RuntimeError(f"no readable checkpoint in {self.directory}: " + "; ".join(
+        f"step {b}: {why}" for b, why in errors))
+
+  @property
+  def unreadable_dir(self) -> str:
+    return os.path.join(os.path.dirname(self.directory), "checkpoints_unreadable")
+
+  def _set_aside(self, steps: list[int]) -> None:
+    """Moves unreadable steps out of the manager's folder, so the run can save them anew."""
+    if jax.process_index() == 0:  # One process moves the shared folder; all reload.
+      os.makedirs(self.unreadable_dir, exist_ok=True)
+    for s in steps if jax.process_index() == 0 else ():
+      target = os.path.join(self.unreadable_dir, f"{s}.{int(time.time())}")
+      shutil.move(os.path.join(self.directory, str(s)), target)
+    self.manager.reload()
+
+  def _restore_step(self, state: TrainState, step: int):
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _saveable(state))
     restored = self.manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract),
@@ -84,6 +127,29 @@ class Checkpointer:
   def close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
+
+
+# Config keys a resumed run may change: they cannot change what the run computes.
+RESUME_SAFE_KEYS = ("steps", "workdir", "check_memory", "resume_with_changes", "log.",
+                    "checkpoint.", "distributed.")
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+  if not isinstance(tree, dict):
+    return {prefix[:-1]: tree}
+  out: dict[str, Any] = {}
+  for k, v in tree.items():
+    out.update(_flatten(v, f"{prefix}{k}."))
+  return out
+
+
+def changed_keys(saved_config_json: str, config_json: str) -> list[str]:
+  """The keys, other than RESUME_SAFE_KEYS, whose values differ between a checkpoint's
+  run config and this run's (both as `ConfigDict.to_json_best_effort`), as "key: a -> b"."""
+  saved, now = _flatten(json.loads(saved_config_json)), _flatten(json.loads(config_json))
+  safe = lambda k: any(k == s or (s.endswith(".") and k.startswith(s)) for s in RESUME_SAFE_KEYS)
+  return [f"{k}: {saved.get(k, '<unset>')!r} -> {now.get(k, '<unset>')!r}"
+          for k in sorted(set(saved) | set(now)) if not safe(k) and saved.get(k) != now.get(k)]
 
 
 def _run_manager(checkpoint_dir: str) -> ocp.CheckpointManager:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shutil
 import sys
 import time
 from typing import Any, Mapping
@@ -107,6 +109,41 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
   return out
 
 
+def _write_atomically(path: str, text: str) -> None:
+  with open(path + ".tmp", "w", encoding="utf-8") as f:
+    f.write(text)
+  os.replace(path + ".tmp", path)
+
+
+def rewind(workdir: str, step: int) -> None:
+  """Cuts every output of `workdir` back to `step` (the restored checkpoint; 0: none).
+
+  A run killed after its last checkpoint logged steps that its rerun plays
+  again: dropping them first means each step is logged exactly once.
+  `metrics.jsonl` keeps one record per step <= `step` (the last written, torn
+  lines dropped); TensorBoard's events, derived data, are rebuilt from it; the
+  rollouts are cut by `RolloutWriter.rewind`.
+  """
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return
+  by_step = {r["step"]: r for r in read_jsonl(path) if 0 < r.get("step", 0) <= step}
+  records = [by_step[s] for s in sorted(by_step)]
+  _write_atomically(path, "".join(json.dumps(r) + "\n" for r in records))
+  RolloutWriter(workdir).rewind(step)
+  tb = os.path.join(workdir, "tb")
+  if os.path.isdir(tb):
+    shutil.rmtree(tb)
+    from tensorboardX import SummaryWriter  # noqa: PLC0415 (optional output)
+    # Its own file suffix: event files are named by the second they open in, and the run's
+    # writer opens next.
+    with SummaryWriter(tb, filename_suffix=".replayed") as writer:
+      for r in records:
+        for k, v in r.items():
+          if isinstance(v, float) and k not in ("step", "time"):
+            writer.add_scalar(k, v, r["step"], walltime=r.get("time"))
+
+
 # Curves worth a picture, by environment; each panel shows the keys that exist.
 PLOT_PANELS = (
     ("reward", ("reward/mean",)),
@@ -168,9 +205,17 @@ class RolloutWriter:
   def jsonl_path(self, step: int) -> str:
     return os.path.join(self.workdir, "rollouts", f"step_{step:08d}.jsonl")
 
+  @property
+  def index_path(self) -> str:
+    """Where each step's text starts in rollouts.txt (byte offsets), for `rewind`."""
+    return os.path.join(self.workdir, "rollouts", "index.jsonl")
+
   def write(self, step: int, batch: EpisodeBatch) -> None:
     if not self.enabled:
       return
+    offset = os.path.getsize(self.text_path) if os.path.exists(self.text_path) else 0
+    with open(self.index_path, "a", encoding="utf-8") as index:
+      index.write(json.dumps({"step": step, "offset": offset}) + "\n")
     with open(self.text_path, "a", encoding="utf-8") as f:
       f.write(batch.record_text)
       f.flush()
@@ -179,3 +224,24 @@ class RolloutWriter:
       for record in batch.records:
         f.write(json.dumps(record, ensure_ascii=False) + "\n")
     os.replace(tmp, self.jsonl_path(step))
+
+  def rewind(self, step: int) -> None:
+    """Drops what was written for steps after `step`: the text past that step's end, the
+    per-step JSONL files, their index entries."""
+    steps = os.path.join(self.workdir, "rollouts")
+    if not os.path.isdir(steps):
+      return
+    for name in os.listdir(steps):
+      match = re.fullmatch(r"step_(\d+)\.jsonl(\.tmp)?", name)
+      if match and (int(match.group(1)) > step or match.group(2)):
+        os.remove(os.path.join(steps, name))
+    index = read_jsonl(self.index_path) if os.path.exists(self.index_path) else []
+    later = [e["offset"] for e in index if e["step"] > step]
+    if later and os.path.exists(self.text_path):
+      with open(self.text_path, "r+b") as f:
+        f.truncate(min(later))
+    elif step == 0 and os.path.exists(self.text_path):
+      os.remove(self.text_path)
+    if os.path.exists(self.index_path):
+      _write_atomically(self.index_path, "".join(
+          json.dumps(e) + "\n" for e in index if e["step"] <= step))

@@ -94,14 +94,23 @@ def train(c, workdir: str) -> dict[str, Any]:
   ckpt = checkpoint.Checkpointer(workdir, keep=c.checkpoint.keep)
   start = 0
   if ckpt.latest_step() is not None:
-    state, exp_state, _ = ckpt.restore(state)
+    state, exp_state, saved_meta = ckpt.restore(state)
     start = int(state.step)
+    changes = checkpoint.changed_keys(saved_meta.get("config", "{}"), c.to_json_best_effort())
+    if changes and not c.resume_with_changes:
+      raise ValueError(f"{workdir} holds a run with a different config; refusing to append to "
+                       "it (use another --workdir, or --config.resume_with_changes=True to "
+                       "continue deliberately):\n  " + "\n  ".join(changes))
+    if changes:
+      log("resuming with changed config keys:\n  " + "\n  ".join(changes))
     # The stream position is part of the state: resume continues with the same items.
     exp.load_state_dict(exp_state, start)
     compute_like = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, gcfg.dtype, sharding=x.sharding), state.params)
     exp.load_judge_state(ckpt.restore_judge(start, compute_like))
     log(f"resumed from step {start} in {ckpt.directory}")
+  if lead:  # What a killed run logged after its last checkpoint is played again: drop it.
+    metrics.rewind(workdir, start)
 
   eos = {tokenizer.eos_token_id}
   if isinstance(model_config.eos_token_id, int):

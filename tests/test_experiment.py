@@ -15,17 +15,38 @@ def rlsr_smoke(variant: str = "", steps: int = 2):
   return c
 
 
-def test_rlsr_delayed_judge_is_checkpointed_and_restored(tmp_path):
+def test_rlsr_delayed_judge_is_checkpointed_and_restored(tmp_path, monkeypatch):
+  import jax
+
+  built, initial = [], []
+  build = experiment.build
+
+  def spy_on_build(c, tokenizer, model_config, params, mesh):
+    initial.append(jax.tree.map(np.asarray, params))
+    built.append(build(c, tokenizer, model_config, params, mesh))
+    return built[-1]
+
+  monkeypatch.setattr(experiment, "build", spy_on_build)
   workdir = str(tmp_path / "run")
-  train.train(rlsr_smoke("delayed", steps=2), workdir)
+  c = rlsr_smoke("delayed", steps=2)
+  c.rlsr.judge_delay_steps = 2  # the copy at step 2 is the policy after step 1's update
+  train.train(c, workdir)
   records = metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
   assert [r["step"] for r in records] == [1, 2]
   assert "self_judge/true_reward" in records[-1] and "self_judge/format_rate" in records[-1]
   ckpts = os.path.join(workdir, "checkpoints")
-  # delay_steps = 1 in smoke: from step 1 on the judge holds a copy of the policy.
+  assert not os.path.isdir(os.path.join(ckpts, "1", "judge"))
   assert os.path.isdir(os.path.join(ckpts, "2", "judge"))
+  _, _, policy_at_1 = checkpoint.restore_params(ckpts, 1)
   _, _, policy_at_2 = checkpoint.restore_params(ckpts, 2)
-  train.train(rlsr_smoke("delayed", steps=3), workdir)
+  same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a),
+                                                               jax.tree.leaves(b)))
+  assert same(built[0].judge_params, policy_at_1) and not same(policy_at_1, policy_at_2)
+  c.steps = 3
+  train.train(c, workdir)
+  # The rerun restored the copy made at step 2 (not the initial weights, not the policy).
+  assert same(built[1].judge_params, policy_at_1)
+  assert not same(built[1].judge_params, initial[1])
   assert [r["step"] for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [1, 2,
                                                                                               3]
   text = open(os.path.join(workdir, "rollouts.txt"), encoding="utf-8").read()

@@ -3,8 +3,10 @@ import importlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -32,22 +34,110 @@ def test_run_writes_every_output(smoke_run):
   assert sorted(os.listdir(os.path.join(smoke_run, "checkpoints"))) == ["1", "2"]
 
 
-def test_resume_continues_exactly_like_an_uninterrupted_run(smoke_run, tmp_path):
+def tensorboard_steps(workdir):
+  """(tag, step) of every scalar in workdir/tb's event files (TFRecord framing)."""
+  import struct
+
+  from tensorboardX.proto import event_pb2
+
+  seen = []
+  tb = os.path.join(workdir, "tb")
+  for name in sorted(os.listdir(tb)):
+    with open(os.path.join(tb, name), "rb") as f:
+      data = f.read()
+    pos = 0
+    while pos < len(data):
+      (length,) = struct.unpack("<Q", data[pos:pos + 8])
+      event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+      pos += 12 + length + 4
+      seen += [(v.tag, event.step) for v in event.summary.value]
+  return seen
+
+
+def test_a_killed_run_resumes_exactly_like_an_uninterrupted_run(tmp_path):
+  """SIGKILL after step 3 (checkpoint at 2), rerun: every output holds each step once and
+  the run ends where an uninterrupted one does."""
   straight = str(tmp_path / "straight")
   train.train(smoke_config(steps=4), straight)
-  resumed = str(tmp_path / "resumed")
-  shutil.copytree(smoke_run, resumed)  # a finished 2-step run
-  train.train(smoke_config(steps=4), resumed)
-  a = metrics.read_jsonl(os.path.join(straight, "metrics.jsonl"))
-  b = metrics.read_jsonl(os.path.join(resumed, "metrics.jsonl"))
+  killed = str(tmp_path / "killed")
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "rlsvr.train", "--config=configs/spy_summ.py:smoke",
+       "--config.steps=4", "--config.checkpoint.every=2", f"--workdir={killed}"],
+      cwd=REPO, env={**os.environ, "JAX_PLATFORMS": "cpu"}, stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE)
+  log = os.path.join(killed, "metrics.jsonl")
+  deadline = time.time() + 240
+  while time.time() < deadline and proc.poll() is None:
+    if os.path.exists(log) and len(metrics.read_jsonl(log)) >= 3:
+      proc.kill()
+      break
+    time.sleep(0.02)
+  assert proc.wait(timeout=60) == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+  assert [r["step"] for r in metrics.read_jsonl(log)] == [1, 2, 3]  # step 3 is past the save
+  assert checkpoint.Checkpointer(killed).latest_step() in (1, 2)
+
+  train.train(smoke_config(steps=4), killed)
+  a, b = (metrics.read_jsonl(os.path.join(w, "metrics.jsonl")) for w in (straight, killed))
   assert [r["step"] for r in b] == [1, 2, 3, 4]
-  for step in (3, 4):
+  for ra, rb in zip(a, b):
     for key in ("reward/mean", "actor/pg_loss", "actor/entropy", "actor/kl",
                 "response_length/mean"):
-      assert a[step - 1][key] == pytest.approx(b[step - 1][key], abs=1e-6), (step, key)
+      assert ra[key] == pytest.approx(rb[key], abs=1e-6), (ra["step"], key)
+  read = lambda w, *p: open(os.path.join(w, *p), encoding="utf-8").read()
+  assert read(killed, "rollouts.txt") == read(straight, "rollouts.txt")
+  assert sorted(os.listdir(os.path.join(killed, "rollouts"))) == sorted(
+      os.listdir(os.path.join(straight, "rollouts")))
+  for step in range(1, 5):
+    name = f"step_{step:08d}.jsonl"
+    assert read(killed, "rollouts", name) == read(straight, "rollouts", name)
+  scalars = tensorboard_steps(killed)
+  assert len(scalars) == len(set(scalars)) and {s for _, s in scalars} == {1, 2, 3, 4}
+  assert {t for t, _ in scalars} >= {"reward/mean", "actor/pg_loss"}
   _, _, pa = checkpoint.restore_params(os.path.join(straight, "checkpoints"))
-  _, _, pb = checkpoint.restore_params(os.path.join(resumed, "checkpoints"))
+  _, _, pb = checkpoint.restore_params(os.path.join(killed, "checkpoints"))
   jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-6), pa, pb)
+
+
+def test_an_unreadable_latest_checkpoint_falls_back_to_the_previous_one(smoke_run, tmp_path,
+                                                                         capfd):
+  workdir = str(tmp_path / "corrupt")
+  shutil.copytree(smoke_run, workdir)
+  data = os.path.join(workdir, "checkpoints", "2", "state", "ocdbt.process_0", "d")
+  for name in os.listdir(data):  # truncated array data, as a full disk leaves it
+    with open(os.path.join(data, name), "r+b") as f:
+      f.truncate(10)
+  train.train(smoke_config(steps=3), workdir)
+  err = capfd.readouterr().err
+  assert "unreadable checkpoint(s) step 2" in err and "resuming from step 1" in err
+  assert [r["step"] for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [
+      1, 2, 3]
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["1", "2", "3"]
+  assert len(os.listdir(os.path.join(workdir, "checkpoints_unreadable"))) == 1
+
+
+def test_no_readable_checkpoint_is_a_clear_error(smoke_run, tmp_path):
+  workdir = str(tmp_path / "gone")
+  shutil.copytree(smoke_run, workdir)
+  for step in ("1", "2"):
+    shutil.rmtree(os.path.join(workdir, "checkpoints", step, "env"))  # an item is missing
+  with pytest.raises(RuntimeError, match="no readable checkpoint .*step 2: .*step 1: "):
+    train.train(smoke_config(steps=3), workdir)
+
+
+def test_a_rerun_with_a_changed_config_refuses_to_append(smoke_run, tmp_path):
+  workdir = str(tmp_path / "changed")
+  shutil.copytree(smoke_run, workdir)
+  c = smoke_config(steps=3)
+  c.grpo.lr, c.spy.beta, c.log.tensorboard = 3e-4, 0.5, False  # the last cannot change results
+  with pytest.raises(ValueError, match="different config") as e:
+    train.train(c, workdir)
+  assert "grpo.lr: 1e-05 -> 0.0003" in str(e.value) and "spy.beta" in str(e.value)
+  assert "log.tensorboard" not in str(e.value) and "steps" not in str(e.value)
+  assert len(metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))) == 2  # untouched
+  c.resume_with_changes = True
+  train.train(c, workdir)
+  assert [r["step"] for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [
+      1, 2, 3]
 
 
 def test_a_save_cut_off_midway_is_ignored_on_resume(smoke_run, tmp_path):
