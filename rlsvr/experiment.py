@@ -174,6 +174,7 @@ class SelfJudgeExperiment(_Experiment):
     """`initial_params` are the policy's weights in the compute dtype (the sampler's)."""
     from rlsvr.envs.self_judge.env import SelfJudgeEnv  # noqa: PLC0415
     from rlsvr.model import sources  # noqa: PLC0415
+    from rlsvr.model.tokenizer import stop_ids  # noqa: PLC0415
     from rlsvr.sampling import Sampler  # noqa: PLC0415
 
     self.c = c
@@ -185,7 +186,7 @@ class SelfJudgeExperiment(_Experiment):
           seed=c.seed, tokenizer=c.judge.tokenizer)
     else:
       jconfig, jtok, self.judge_params = model_config, tokenizer, initial_params
-    self.judge_sampler = Sampler(jconfig, eos_ids=[jtok.eos_token_id], tokenizer=jtok,
+    self.judge_sampler = Sampler(jconfig, eos_ids=stop_ids(jconfig, jtok), tokenizer=jtok,
                                  max_rows=c.sampling.max_rows,
                                  max_cache_tokens=c.sampling.max_cache_tokens)
     self.env = SelfJudgeEnv(cfg, tokenizer, judge_tokenizer=jtok)

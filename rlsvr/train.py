@@ -63,6 +63,7 @@ def train(c, workdir: str) -> dict[str, Any]:
 
   from rlsvr import checkpoint, experiment, metrics, parallel, plan  # noqa: PLC0415
   from rlsvr.model import sources  # noqa: PLC0415
+  from rlsvr.model.tokenizer import stop_ids  # noqa: PLC0415
   from rlsvr.rl import batch as batching, filtering  # noqa: PLC0415
   from rlsvr.rl.train_step import (cast_params, init_train_state, sampling_params,  # noqa: PLC0415
                                    train_step)
@@ -112,12 +113,8 @@ def train(c, workdir: str) -> dict[str, Any]:
   if lead:  # What a killed run logged after its last checkpoint is played again: drop it.
     metrics.rewind(workdir, start)
 
-  eos = {tokenizer.eos_token_id}
-  if isinstance(model_config.eos_token_id, int):
-    eos.add(model_config.eos_token_id)
-  sampler = Sampler(model_config, eos_ids=sorted(e for e in eos if e is not None),
-                    tokenizer=tokenizer, max_rows=c.sampling.max_rows,
-                    max_cache_tokens=c.sampling.max_cache_tokens)
+  sampler = Sampler(model_config, eos_ids=stop_ids(model_config, tokenizer), tokenizer=tokenizer,
+                    max_rows=c.sampling.max_rows, max_cache_tokens=c.sampling.max_cache_tokens)
   writer = metrics.MetricsWriter(workdir, c.steps, tensorboard=c.log.tensorboard,
                                  wandb_project=c.log.wandb_project, run_config=c.to_dict(),
                                  enabled=lead)

@@ -64,6 +64,7 @@ class Generator:
   def __init__(self, model_config, params, tokenizer, *, max_prompt_tokens: int = 4096,
                batch_size: int = 16, chat_template_kwargs: dict[str, Any] | None = None,
                name: str = ""):
+    from rlsvr.model.tokenizer import stop_ids  # noqa: PLC0415
     from rlsvr.sampling import Buckets, Sampler  # noqa: PLC0415
 
     self.params = params
@@ -72,15 +73,12 @@ class Generator:
     self.batch_size = batch_size
     self.chat_template_kwargs = dict(chat_template_kwargs or {})
     self.name = name
-    eos = {tokenizer.eos_token_id}
-    if isinstance(model_config.eos_token_id, int):
-      eos.add(model_config.eos_token_id)
     # Few compiled shapes: every batch is padded to batch_size, every prompt to >= 256 tokens.
     # Evaluation prompts are mostly that long anyway, and a compile costs more than the padding.
     pow2 = [2**i for i in range(21)]
     buckets = Buckets(batch=tuple(b for b in pow2 if b >= batch_size),
                       prompt=tuple(b for b in pow2 if b >= min(256, max_prompt_tokens)))
-    self.sampler = Sampler(model_config, eos_ids=sorted(e for e in eos if e is not None),
+    self.sampler = Sampler(model_config, eos_ids=stop_ids(model_config, tokenizer),
                            tokenizer=tokenizer, buckets=buckets)
 
   def _template(self, text: str) -> list[int]:

@@ -93,6 +93,24 @@ CHATML_TEMPLATE = (
 _CACHE_SUBDIR = "qwen3_tokenizer"
 
 
+def stop_ids(model_config, tokenizer) -> list[int]:
+  """The token ids that end a generation of this model with this tokenizer.
+
+  The union of the config's `eos_token_id` (one id, or a list as in Llama 3's
+  config.json) and the tokenizer's `eos_token_id`; either may be missing.
+  ValueError when both are: such a model would only ever stop at the length limit.
+  """
+  eos = model_config.eos_token_id
+  ids = set(eos) if isinstance(eos, (list, tuple)) else {eos}
+  ids.add(getattr(tokenizer, "eos_token_id", None))
+  ids.discard(None)
+  if not ids:
+    raise ValueError("no end-of-sequence id: the model config's eos_token_id and the "
+                     "tokenizer's eos_token_id are both missing; set eos_token_id in the "
+                     "model's config.json")
+  return sorted(int(i) for i in ids)
+
+
 def load_tokenizer(path: str | os.PathLike[str]) -> transformers.PreTrainedTokenizerBase:
   """Loads the HF tokenizer saved in the local directory `path` (no hub access)."""
   if not os.path.isdir(path):

@@ -236,6 +236,16 @@ class Sampler:
       raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if len(eos_ids) > _MAX_EOS_IDS:
       raise ValueError(f"at most {_MAX_EOS_IDS} eos ids, got {len(eos_ids)}")
+    longest = max(map(len, prompts))
+    if longest + max_new_tokens > self.config.max_position_embeddings:
+      # Positions past the model's range are extrapolated RoPE: garbage, not an error, so
+      # fail before sampling and say which knobs decide the length.
+      raise ValueError(
+          f"a prompt of {longest} tokens + max_new_tokens={max_new_tokens} exceeds the model's "
+          f"max_position_embeddings={self.config.max_position_embeddings} (config.json); "
+          "shorten the prompts (e.g. spy.truncate_words) or lower the call's max_new_tokens "
+          "(spy.player_max_new_tokens / spy.detector_max_new_tokens, rlsr.policy_max_new_tokens / "
+          "rlsr.judge_max_new_tokens)")
     rows = self._slice_rows(params, prompts, max_new_tokens)
     layers = _unstack_layers(params)
     if len(prompts) <= rows:

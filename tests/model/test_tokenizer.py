@@ -248,3 +248,23 @@ def test_load_tokenizer_on_saved_dir(tok, tmp_path):
 def test_load_tokenizer_missing_dir(tmp_path):
   with pytest.raises(FileNotFoundError):
     tokenizer_lib.load_tokenizer(tmp_path / "absent")
+
+
+def test_stop_ids_take_a_list_a_single_id_or_a_missing_one():
+  import types
+
+  import dataclasses
+
+  from rlsvr.model.tokenizer import stop_ids
+  from tests.rl.tiny import CONFIG
+
+  llama3 = dataclasses.replace(CONFIG, eos_token_id=(128001, 128008, 128009))  # as loaded
+  tok = types.SimpleNamespace(eos_token_id=128009)
+  assert stop_ids(llama3, tok) == [128001, 128008, 128009]
+  assert stop_ids(llama3, types.SimpleNamespace(eos_token_id=None)) == [128001, 128008, 128009]
+  qwen = dataclasses.replace(CONFIG, eos_token_id=151645)
+  assert stop_ids(qwen, types.SimpleNamespace(eos_token_id=151643)) == [151643, 151645]
+  bare = dataclasses.replace(CONFIG, eos_token_id=None)
+  assert stop_ids(bare, tok) == [128009]  # the config has none, the tokenizer has one
+  with pytest.raises(ValueError, match="eos_token_id"):
+    stop_ids(bare, object())

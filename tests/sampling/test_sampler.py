@@ -275,3 +275,16 @@ def test_long_prompts_are_padded_to_4096_steps_not_powers_of_two():
   pick = lambda n: Buckets.pick(n, Buckets().prompt, "prompt length")
   assert [pick(n) for n in (5, 100, 8192, 8193, 12289, 39296)] == [16, 128, 8192, 12288, 16384,
                                                                      40960]
+
+
+def test_prompt_plus_budget_beyond_the_position_range_fails_before_sampling(tiny):
+  import dataclasses
+
+  _, config, params = tiny
+  short = dataclasses.replace(config, max_position_embeddings=24)
+  before = compile_count()
+  with pytest.raises(ValueError, match=r"16 tokens \+ max_new_tokens=9 exceeds .*"
+                                       r"max_position_embeddings=24.*truncate_words"):
+    Sampler(short)(params, [[1] * 16, [2] * 3], max_new_tokens=9)
+  assert compile_count() == before  # nothing was compiled or run
+  Sampler(short)(params, [[1] * 16], max_new_tokens=8)  # exactly at the limit: fine

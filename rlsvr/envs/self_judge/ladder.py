@@ -150,7 +150,7 @@ def _model_sampler(model_dir: str, temperature: float):  # pragma: no cover - ne
 
   def sample(prompts, max_new_tokens, **kwargs):
     return sampling.generate(config, params, prompts, max_new_tokens=max_new_tokens,
-                             temperature=temperature, eos_ids=(tokenizer.eos_token_id,),
+                             temperature=temperature, eos_ids=tok.stop_ids(config, tokenizer),
                              seed=next(calls), **kwargs)
 
   return sample, tokenizer
