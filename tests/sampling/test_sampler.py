@@ -253,7 +253,11 @@ def test_prompts_too_few_to_split_over_the_mesh_are_not_shared(tiny, prefill_row
     (dict(max_new_tokens=10**9), "largest bucket"),
 ])
 def test_invalid_requests_are_refused(tiny, kwargs, match):
+  import dataclasses
+
   _, config, params = tiny
+  # A position range past every bucket, so the bucket check is the one that refuses.
+  config = dataclasses.replace(config, max_position_embeddings=2 * 10**9)
   call = dict(prompts=[[1, 2]], max_new_tokens=4) | kwargs
   with pytest.raises(ValueError, match=match):
     generate(config, params, call.pop("prompts"), **call)

@@ -70,5 +70,12 @@ def test_rollout_writer(tmp_path):
   lines = (tmp_path / "rollouts" / "step_00000002.jsonl").read_text().splitlines()
   assert [json.loads(line)["game"] for line in lines] == [0, 1]
   assert all(json.loads(line)["step"] == 2 for line in lines)
-  assert sorted(os.listdir(tmp_path / "rollouts")) == ["step_00000001.jsonl",
+  assert sorted(os.listdir(tmp_path / "rollouts")) == ["index.jsonl", "step_00000001.jsonl",
                                                        "step_00000002.jsonl"]
+  # The index says where each step's text starts: rewinding to step 1 cuts step 2 off.
+  offsets = [json.loads(line) for line in (tmp_path / "rollouts" / "index.jsonl").open()]
+  assert [o["step"] for o in offsets] == [1, 2] and offsets[0]["offset"] == 0
+  writer.rewind(1)
+  assert (tmp_path / "rollouts.txt").read_bytes() == text.encode()[:offsets[1]["offset"]]
+  assert "step 1 | phase" in (tmp_path / "rollouts.txt").read_text()
+  assert sorted(os.listdir(tmp_path / "rollouts")) == ["index.jsonl", "step_00000001.jsonl"]
