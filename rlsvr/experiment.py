@@ -66,7 +66,9 @@ class _Experiment:
     return {"env": self.env.state_dict(), "items_consumed": self.items.consumed}
 
   def load_state_dict(self, state: dict[str, Any], step: int) -> None:
-    self.env.load_state_dict(state["env"])
+    # Checkpoints written before the stream position was saved hold the env's state alone,
+    # and drew exactly `per_step` items a step.
+    self.env.load_state_dict(state.get("env", state))
     self.items.seek(state.get("items_consumed", step * self.items.per_step))
 
 
