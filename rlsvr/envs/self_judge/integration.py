@@ -34,6 +34,9 @@ from rlsvr.envs.self_judge.countdown import Verdict  # the same verdict shape fo
 MAX_LATEX_CHARS = 2000
 _REL_TOL_DERIVATIVE = 1e-8
 _REL_TOL_VALUE = 1e-6
+# Comparisons are relative; this absolute floor only matters for values within ~1e-12 of
+# zero (an integral that is exactly 0), where no relative test can pass.
+_ABS_FLOOR = 1e-12
 _NUM_POINTS = 6
 # Functions latex2sympy2 leaves undefined (from \text{...} or unknown macros).
 _NAMED_FUNCTIONS = {"sech": sympy.sech, "csch": sympy.csch, "arcsinh": sympy.asinh,
@@ -267,7 +270,8 @@ def _number(value: Any) -> Any:
 
 
 def _close(a: Any, b: Any, rel: float) -> bool:
-  return abs(a - b) <= rel * max(1, abs(a), abs(b))
+  """|a - b| within `rel` of the larger magnitude: a 1% error fails at every scale."""
+  return abs(a - b) <= max(rel * max(abs(a), abs(b)), _ABS_FLOOR)
 
 
 def _symbolic_task(problem: Problem, answer: str, fmt: str) -> bool:
@@ -332,7 +336,7 @@ def _definite_value_task(problem: Problem) -> Any:
     except (ArithmeticError, ValueError, TypeError):
       return None
   z = _number(value)
-  return z if z is not None and error <= 1e-8 * max(1, abs(z)) else None
+  return z if z is not None and error <= max(1e-8 * abs(z), _ABS_FLOOR / 100) else None
 
 
 def _value_task(problem: Problem, answer: str, fmt: str, value: Any) -> bool:

@@ -159,3 +159,18 @@ def test_integration_bee_official_answers(pool):
   else:
     assert len(parsed) == len(rows) and verified == len(parsed), [
         (r["id"], v.reason) for (r, _), v in zip(parsed, verdicts) if not v.correct]
+
+
+def test_numeric_checks_are_relative_at_every_scale(pool):
+  # The integral is 5e-8: an answer 1% off used to pass under an absolute floor of 1.
+  tiny = Problem.from_sympy("x/10000000", bounds=("0", "1"))
+  assert tiny.verify("1/20000000", pool=pool)
+  assert not tiny.verify("1.01/20000000", pool=pool)
+  huge = Problem.from_sympy("10**9*x", bounds=("0", "1"))
+  assert huge.verify("500000000", pool=pool) and not huge.verify("505000000", pool=pool)
+  # Indefinite, where the numeric fallback compares derivatives: 1% off is rejected too.
+  small = Problem.from_sympy("x/10000000")
+  assert small.verify("x**2/20000000", pool=pool)
+  assert not small.verify("1.01*x**2/20000000", pool=pool)
+  zero = Problem.from_sympy("x**3", bounds=("-1", "1"))  # exactly 0: the absolute floor
+  assert zero.verify("0", pool=pool) and not zero.verify("1/1000", pool=pool)
