@@ -219,11 +219,8 @@ class RolloutWriter:
     with open(self.text_path, "a", encoding="utf-8") as f:
       f.write(batch.record_text)
       f.flush()
-    tmp = self.jsonl_path(step) + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-      for record in batch.records:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(tmp, self.jsonl_path(step))
+    _write_atomically(self.jsonl_path(step), "".join(
+        json.dumps(record, ensure_ascii=False) + "\n" for record in batch.records))
 
   def rewind(self, step: int) -> None:
     """Drops what was written for steps after `step`: the text past that step's end, the
