@@ -42,8 +42,10 @@ def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   # Cache slots per sampler slice: the judge's 512 prompts at once need ~140 GB per device
   # on 8 x 80 GB; 640 Ki slots (128 judge rows of 4096 + 1024) fit (`python -m rlsvr.plan`).
   c.sampling.max_cache_tokens = 640 * 1024
-  c.rlsr.symbolic_timeout_s = 2.0  # Integration verifier limits (metrics only).
-  c.rlsr.numeric_timeout_s = 5.0
+  # Integration verifier: safety-net time limits only (decisions are bounded by operation
+  # counts); an answer that hits one is scored as unparseable, counted in verifier/timeouts.
+  c.rlsr.verifier_time_limit_s = 30.0
+  c.rlsr.integral_time_limit_s = 300.0
   c.judge = ml_collections.ConfigDict()
   c.judge.source = ""  # "" : the policy's own initial weights; else a model source (fixed only).
   c.judge.tokenizer = ""  # Tokenizer of a judge.source ("" : its directory's).

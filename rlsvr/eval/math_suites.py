@@ -6,10 +6,15 @@ choice, letter match; GPQA is not shipped: give its CSV or "hub"). Every
 prompt asks for the final answer in `\\boxed{}`; the last balanced box of a
 response is its answer. pass@1 is averaged over `samples` responses per item.
 
-math-verify parses untrusted text with SymPy, which can hang: comparisons run
-in killable worker processes (`envs.self_judge.workers.WorkerPool`) under a
-wall-clock limit, with math-verify's own signal timeouts off. A comparison
-that times out counts as wrong.
+math-verify parses untrusted text with SymPy, which can hang. So that a
+verdict does not depend on the machine's load, the work is bounded by size,
+not by the clock: a prediction over `MAX_ANSWER_CHARS`, with a power or
+factorial of a number of four or more digits or a nested power
+(`_HUGE_NUMBER`), or whose parsed expression has over `MAX_PARSED_NODES`
+nodes, is wrong without being compared. math-verify's own signal timeouts
+are off; comparisons run in killable worker processes
+(`envs.self_judge.workers.WorkerPool`) whose time limit is a safety net: a
+comparison that hits it counts as wrong and is counted (`scoring_timeouts`).
 """
 from __future__ import annotations
 
@@ -24,6 +29,9 @@ from rlsvr.eval import data
 from rlsvr.eval.data import HubSource
 
 MAX_ANSWER_CHARS = 500
+MAX_PARSED_NODES = 400
+# 10^{12345}, 2^{3^{4}}, 1234!: numbers SymPy would compute exactly, at any cost.
+_HUGE_NUMBER = re.compile(r"\^\s*\{?\s*[-+]?\d{4,}|\^\s*\{[^{}]*\^|\d{4,}\s*!|\*\*\s*\(?\s*\d{4,}")
 _TAIL_CHARS = 400  # Unboxed responses: math-verify looks at this tail only.
 _LETTERS = "ABCDEFGHIJ"
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -188,11 +196,24 @@ def equivalent(gold: str, prediction: str) -> bool:
 
   # The time limit is ours (the worker is killed); its "timeout disabled" notice is noise.
   logging.getLogger("math_verify").setLevel(logging.ERROR)
+  if len(prediction) > MAX_ANSWER_CHARS + 10 or _HUGE_NUMBER.search(prediction):
+    return False
   parsed_gold = math_verify.parse(f"\\boxed{{{gold}}}", parsing_timeout=None)
   parsed_pred = math_verify.parse(prediction, parsing_timeout=None)
-  if not parsed_gold or not parsed_pred:
+  if not parsed_gold or not parsed_pred or _too_large(parsed_pred):
     return False
   return bool(math_verify.verify(parsed_gold, parsed_pred, timeout_seconds=None))
+
+
+def _too_large(parsed: Sequence[Any]) -> bool:
+  import sympy  # noqa: PLC0415
+
+  for item in parsed:
+    if isinstance(item, sympy.Basic):
+      for count, _ in enumerate(sympy.preorder_traversal(item), 1):
+        if count > MAX_PARSED_NODES:
+          return True
+  return False
 
 
 _POOL = None
@@ -225,6 +246,7 @@ def score(items: Sequence[MathItem], responses: Sequence[Sequence[str]], *, pool
   """Per item: each response's prediction and correctness, and its pass@1 (mean)."""
   predictions = [[prediction_of(item, r) for r in rs] for item, rs in zip(items, responses)]
   correct = [[False] * len(rs) for rs in responses]
+  timed_out = [[False] * len(rs) for rs in responses]
   todo = []  # (item, sample, gold, text) that need math-verify
   for i, item in enumerate(items):
     for k, (pred, response) in enumerate(zip(predictions[i], responses[i])):
@@ -239,7 +261,9 @@ def score(items: Sequence[MathItem], responses: Sequence[Sequence[str]], *, pool
     outcomes = (pool or scoring_pool()).map(equivalent, [(g, t) for _, _, g, t in todo], timeout)
     for (i, k, _, _), outcome in zip(todo, outcomes):
       correct[i][k] = bool(outcome.ok and outcome.value)
+      timed_out[i][k] = outcome.status == "timeout"
   return [dict(id=item.id, answer=item.answer, predictions=predictions[i], correct=correct[i],
+               timed_out=timed_out[i],
                score=sum(correct[i]) / max(1, len(correct[i])), responses=list(responses[i]))
           for i, item in enumerate(items)]
 
@@ -250,6 +274,7 @@ def aggregate(records: Sequence[dict[str, Any]]) -> dict[str, float]:
   metrics = percent_summary("accuracy", [r["score"] for r in records])
   metrics["boxed_rate"] = 100.0 * sum(p is not None for r in records for p in r["predictions"]) / (
       max(1, sum(len(r["predictions"]) for r in records)))
+  metrics["scoring_timeouts"] = float(sum(sum(r.get("timed_out", ())) for r in records))
   return metrics
 
 

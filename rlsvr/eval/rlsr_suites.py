@@ -176,7 +176,7 @@ class _Integration:
     answers = [countdown.extract_answer(r) for r in responses]
     answers = [a.strip() if a is not None else None for a in answers]
     return integration.check_answers([self.problems[p] for p in pids], answers, fmt,
-                                     pool=self.pool, numeric_timeout=self.c.scoring_timeout_s)
+                                     pool=self.pool, time_limit=self.c.scoring_timeout_s)
 
   def facts(self, pid: str) -> dict[str, Any]:
     return dict(latex=self.rows[pid]["latex"], definite=self.problems[pid].definite,
@@ -226,7 +226,7 @@ def _generation(ctx, name: str, task) -> tuple[list[dict[str, Any]], str]:
     records = []
     for i, pid in enumerate(pids):
       samples = [dict(response=t, answer=v.expression, format_ok=v.format_ok, correct=v.correct,
-                      reason=v.reason)
+                      reason=v.reason, timed_out=v.timed_out)
                  for t, v in zip(texts[i * n:(i + 1) * n], verdicts[i * n:(i + 1) * n])]
       records.append(dict(id=pid, **task.facts(pid), samples=samples,
                           score=sum(s["correct"] for s in samples) / n))
@@ -280,6 +280,8 @@ def evaluate(ctx) -> dict[str, Any]:
     metrics["format_rate"] = 100.0 * sum(s["format_ok"] for r in records for s in r["samples"]) / (
         max(1, sum(len(r["samples"]) for r in records)))
     if name != "countdown":
+      metrics["verifier_timeouts"] = float(sum(s.get("timed_out", False) for r in records
+                                               for s in r["samples"]))
       metrics["unparseable_problems"] = float(len(task.unparseable))
       for kind, definite in (("definite", True), ("indefinite", False)):
         scores = [r["score"] for r in records if r["definite"] is definite]

@@ -69,6 +69,20 @@ def test_scoring_timeouts_and_errors_count_as_wrong():
   item = ms.MathItem("q", "question", "\\frac{1}{2}")
   record = ms.score([item], [["\\boxed{0.5}", "\\boxed{1/2}"]], pool=StuckPool(), timeout=3.0)[0]
   assert record["correct"] == [False, False]
+  assert record["timed_out"] == [True, False]
+  assert ms.aggregate([record])["scoring_timeouts"] == 1.0
+
+
+@pytest.mark.parametrize("prediction", [
+    "\\boxed{10^{123456}}", "\\boxed{2^{3^{4^{5}}}}", "\\boxed{9999!}", "\\boxed{3**12345}",
+    "\\boxed{" + "+".join(f"x_{{{i}}}" for i in range(300)) + "}"])
+def test_math_verify_work_is_bounded_by_size_not_time(prediction):
+  # Rejected before SymPy computes anything, so the verdict is the same under any load.
+  assert ms.equivalent("1", prediction) is False
+
+
+def test_math_verify_within_the_bounds():
+  assert ms.equivalent("1024", "\\boxed{2^{10}}") and ms.equivalent("\\frac{1}{2}", "\\boxed{0.5}")
 
 
 def test_prompts_ask_for_a_box():

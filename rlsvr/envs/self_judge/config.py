@@ -25,8 +25,10 @@ class SelfJudgeConfig:
     policy_max_new_tokens, judge_max_new_tokens: length limits per call.
     sampling, judge_sampling: extra keyword arguments for the policy's and
       the judge's `sample` calls (temperature, top_p, ...).
-    symbolic_timeout_s, numeric_timeout_s: wall-clock limits of the
-      integration verifier's steps (metrics only).
+    verifier_time_limit_s, integral_time_limit_s: safety-net time limits of
+      the integration verifier, per answer and stage and per problem value.
+      Its decisions are bounded by operation counts; an answer that hits the
+      limit is scored as unparseable and counted in `verifier/timeouts`.
   """
 
   task: str = "countdown"
@@ -41,8 +43,8 @@ class SelfJudgeConfig:
   judge_max_new_tokens: int = 1024
   sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
   judge_sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
-  symbolic_timeout_s: float = 2.0
-  numeric_timeout_s: float = 5.0
+  verifier_time_limit_s: float = 30.0
+  integral_time_limit_s: float = 300.0
 
   def __post_init__(self):
     checks = [
@@ -52,7 +54,8 @@ class SelfJudgeConfig:
         (self.judge_sees in ("answer", "response"), "judge_sees must be 'answer' or 'response'"),
         (self.judge_weights in judge.JUDGE_MODES, f"judge_weights must be in {judge.JUDGE_MODES}"),
         (self.judge_delay_steps >= 1, "judge_delay_steps must be >= 1"),
-        (self.symbolic_timeout_s > 0 and self.numeric_timeout_s > 0, "timeouts must be > 0"),
+        (self.verifier_time_limit_s > 0 and self.integral_time_limit_s > 0,
+         "verifier time limits must be > 0"),
     ]
     for ok, message in checks:
       if not ok:

@@ -47,13 +47,16 @@ class Verdict:
   `format_ok`: the last `<answer>` block holds a well-formed expression of
   integers, `+ - * /` and parentheses. `correct`: besides, it uses every given
   number exactly once and its exact value equals the target. `reason` says
-  what failed ("ok" when correct).
+  what failed ("ok" when correct). `timed_out`: a verifier step hit its
+  safety-net time limit (the integration verifier; such a verdict is that of
+  an unparseable answer).
   """
 
   format_ok: bool
   correct: bool
   reason: str
   expression: str | None = None
+  timed_out: bool = False
 
 
 # ---------------------------------------------------------------- problems

@@ -129,8 +129,8 @@ class SelfJudgeEnv:
     from rlsvr.envs.self_judge import integration  # pylint: disable=g-import-not-at-top
     return integration.check_answers(
         [problems[a.problem] for a in answers], [a.answer for a in answers], "sympy",
-        pool=self.pool, symbolic_timeout=cfg.symbolic_timeout_s,
-        numeric_timeout=cfg.numeric_timeout_s)
+        pool=self.pool, time_limit=cfg.verifier_time_limit_s,
+        integral_time_limit=cfg.integral_time_limit_s)
 
   def play(
       self,
@@ -206,6 +206,7 @@ def _metrics(answers: list[_Answer], rows: list[Trajectory]) -> dict[str, float]
       "self_judge/reward": _rate([r.reward for r in rows]),
       "self_judge/true_reward": _rate(correct),
       "self_judge/format_rate": _rate([a.verdict.format_ok for a in answers]),
+      "verifier/timeouts": float(sum(a.verdict.timed_out for a in answers)),
       "self_judge/judge_positive_rate": _rate(says),
       "self_judge/judge_acc": _rate([s == c for s, c in zip(says, correct)]),
       "self_judge/judge_parse_failures": float(sum(a.judge_says is None for a in answers)),

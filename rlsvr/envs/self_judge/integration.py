@@ -4,31 +4,38 @@
 variable, optional bounds); `problem.verify(answer, fmt)` checks an answer
 written as SymPy text (the policy's format) or LaTeX (official keys):
 
-- indefinite: differentiate the answer and compare with the integrand, first
-  by `simplify` under a time limit, then numerically at random real points
-  with a relative tolerance; any constant (or `+ C`) is ignored;
+- indefinite: differentiate the answer and compare with the integrand at
+  real points drawn from a seed that is a hash of the problem and the
+  answer, with a relative tolerance; any constant (or `+ C`) is ignored;
 - definite: compare the answer's value with the integral's value, computed
-  once per problem by tanh-sinh quadrature on subintervals; when the
-  quadrature's error estimate is poor the value is unknown and no answer
-  verifies (oscillatory and floor-type integrands).
+  once per problem by fixed-degree tanh-sinh quadrature on subintervals split
+  at the integrand's jumps and kinks; when the quadrature's error estimate is
+  poor the value is unknown and no answer verifies.
 
-Every SymPy step runs in a killable worker (`workers.WorkerPool`); a step
-past its limit counts as "not verified". `\\log` means the natural log, as in
-the Integration Bee (latex2sympy2 reads it as base 10). Other free symbols of
-a problem (e.g. `b` in B066) are parameters, checked at fixed values > 1.
+Decisions are bounded by sizes and operation counts (`numeric`), never by
+the clock, so they are the same on every machine and under any load. Every
+SymPy step still runs in a killable worker (`workers.WorkerPool`) whose time
+limit is a safety net: a step that hits it gives the answer the verdict of
+an unparseable one, with `timed_out` set. `\\log` means the natural log, as
+in the Integration Bee (latex2sympy2 reads it as base 10); odd roots of
+negative numbers are real, as contests mean. Sums and products in an
+integrand are replaced by SymPy's closed form where it finds one. Other free
+symbols of a problem (e.g. `b` in B066) are parameters, checked at fixed
+values > 1.
 """
 from __future__ import annotations
 
 import dataclasses
 import random
 import re
+import zlib
 from typing import Any, Sequence
 
 import mpmath
 import sympy
 from sympy.core.function import AppliedUndef
 
-from rlsvr.envs.self_judge import safe_math, workers
+from rlsvr.envs.self_judge import numeric, safe_math, workers
 from rlsvr.envs.self_judge.countdown import Verdict  # the same verdict shape for both tasks
 
 MAX_LATEX_CHARS = 2000
@@ -38,6 +45,8 @@ _REL_TOL_VALUE = 1e-6
 # zero (an integral that is exactly 0), where no relative test can pass.
 _ABS_FLOOR = 1e-12
 _NUM_POINTS = 6
+_DIFF_DPS = 60
+_DIFF_STEP = mpmath.mpf(10) ** -20
 # Functions latex2sympy2 leaves undefined (from \text{...} or unknown macros).
 _NAMED_FUNCTIONS = {"sech": sympy.sech, "csch": sympy.csch, "arcsinh": sympy.asinh,
                     "arccosh": sympy.acosh, "arctanh": sympy.atanh, "zeta": sympy.zeta,
@@ -47,6 +56,10 @@ _NAMED_FUNCTIONS = {"sech": sympy.sech, "csch": sympy.csch, "arcsinh": sympy.asi
 # ---------------------------------------------------------------- LaTeX
 
 _TOKEN_RE = re.compile(r"\\[A-Za-z]+|[A-Za-z0-9]")  # one LaTeX command, letter or digit
+
+
+_ONE_LETTER_ARGUMENT = re.compile(
+    r"\\((?:arc)?(?:sin|cos|tan|sec|csc|cot)h?|ln|log|exp)\s+([A-Za-z])(?![A-Za-z^_'(])")
 
 
 def _brace_argument(text: str, pos: int) -> tuple[str, int]:
@@ -66,6 +79,8 @@ def normalize_latex(text: str) -> str:
   text = text.strip().strip("$")
   text = re.sub(r"\\[tdc]frac", r"\\frac", text)
   text = re.sub(r"\\(?:[Bb]igg?)[lr]?(?![A-Za-z])", "", text)
+  # "\sec x\,(1 + x)" is sec(x) (1 + x), not sec(x (1 + x)): a one-letter argument is closed.
+  text = re.sub(_ONE_LETTER_ARGUMENT, r"\\\1(\2)", text)
   text = re.sub(r"\\(?:,|!|;|:|displaystyle(?![A-Za-z]))", " ", text)
   text = re.sub(r"\\log(?![A-Za-z_])", r"\\ln", text)  # natural log, as the contests mean
   text = re.sub(r"\\operatorname\{(sech|csch)\}", r"\\text{\1}", text)
@@ -128,9 +143,62 @@ def latex_to_sympy(text: str, variable: sympy.Symbol, parameters: Sequence[sympy
   # latex2sympy2 keeps log(a, b) unevaluated; log(a)/log(b) is what SymPy reasons about.
   expr = expr.replace(lambda n: isinstance(n, sympy.log) and len(n.args) == 2,
                       lambda n: sympy.log(n.args[0]) / sympy.log(n.args[1]))
+  expr = real_odd_roots(expr)
   if not trusted:
     safe_math.check_tree(expr, [variable, *parameters])
   return expr
+
+
+def real_odd_roots(expr: Any) -> Any:
+  """`\\sqrt[3]{b}` and `b^{p/q}` (q odd) as real roots: sign(b)^p |b|^(p/q), as contests mean.
+
+  SymPy's principal root of a negative number is complex (`(-8)**(1/3)` is
+  1 + sqrt(3) i); a contest's cube root of -8 is -2.
+  """
+  def is_odd_root(node):
+    return (node.is_Pow and node.exp.is_Rational and node.exp.q % 2 == 1 and node.exp.q > 1
+            and node.base.is_nonnegative is not True)
+
+  def real_root(node):
+    magnitude = sympy.Abs(node.base) ** node.exp
+    return sympy.sign(node.base) * magnitude if node.exp.p % 2 else magnitude
+  return expr.replace(is_odd_root, real_root)
+
+
+def closed_forms(expr: Any) -> Any:
+  """Sums and products in `expr` replaced by SymPy's closed form where it finds one.
+
+  A sum SymPy cannot close is retried term by term with sin/cos written as
+  exponentials (`sin(k pi/2) x^k` is two geometric series). Where SymPy adds
+  a convergence condition, the convergent branch is taken: a problem is posed
+  where its series converges.
+  """
+  for node in sorted(expr.atoms(sympy.Sum, sympy.Product), key=sympy.count_ops):
+    done = _convergent(node.doit())
+    if done.has(sympy.Sum, sympy.Product) and isinstance(node, sympy.Sum) and len(
+        node.limits) == 1:
+      k = node.limits[0][0]
+      terms = sympy.expand(node.function.rewrite([sympy.sin, sympy.cos], sympy.exp))
+      done = _convergent(sympy.Add(*[
+          sympy.Sum(sympy.powsimp(_as_powers(t, k), combine="base", force=True),
+                    *node.limits).doit() for t in sympy.Add.make_args(terms)]))
+    if not done.has(sympy.Sum, sympy.Product):
+      expr = expr.xreplace({node: done})
+  return expr
+
+
+def _as_powers(term: Any, k: sympy.Symbol) -> Any:
+  """exp(c k) as exp(c)**k, so that x**k exp(i pi k/2) combines into (i x)**k."""
+  def linear_in_k(node):
+    return (isinstance(node, sympy.exp) and node.args[0].has(k)
+            and not sympy.expand(node.args[0] / k).has(k))
+  return term.replace(linear_in_k, lambda n: sympy.exp(sympy.expand(n.args[0] / k)) ** k)
+
+
+def _convergent(expr: Any) -> Any:
+  def convergent_branch(node):
+    return next((e for e, _ in node.args if not e.has(sympy.Sum, sympy.Product)), node)
+  return expr.replace(lambda n: isinstance(n, sympy.Piecewise), convergent_branch)
 
 
 # ---------------------------------------------------------------- problems
@@ -189,11 +257,10 @@ class Problem:
     limits = None if bounds is None else (parse(bounds[0]), parse(bounds[1]))
     return cls(parse(integrand), x, limits, reference=reference, reference_fmt="sympy")
 
-  def verify(self, answer: str, fmt: str = "sympy", *, pool: workers.WorkerPool | None = None,
-             symbolic_timeout: float = 2.0, numeric_timeout: float = 5.0) -> bool:
+  def verify(self, answer: str, fmt: str = "sympy", *,
+             pool: workers.WorkerPool | None = None) -> bool:
     """True when `answer` is a correct antiderivative (indefinite) or value (definite)."""
-    return check_answers([self], [answer], fmt, pool=pool, symbolic_timeout=symbolic_timeout,
-                         numeric_timeout=numeric_timeout)[0].correct
+    return check_answers([self], [answer], fmt, pool=pool)[0].correct
 
 
 def problems_from_latex(latexes: Sequence[str], references: Sequence[str | None] | None = None, *,
@@ -224,7 +291,7 @@ def _problem_from_latex(latex: str):
     raise ValueError("not a single integral")
   limit = integral.limits[0]
   variable = sympy.Symbol(limit[0].name, real=True) if limit[0] != placeholder else x
-  integrand = integral.function.xreplace({limit[0]: variable})
+  integrand = closed_forms(integral.function.xreplace({limit[0]: variable}))
   bounds = None
   if len(limit) == 3:
     bounds = (limit[1], limit[2])
@@ -253,95 +320,142 @@ def parse_answer(problem: Problem, answer: str, fmt: str) -> sympy.Expr:
   raise ValueError(f"unknown answer format {fmt!r}")
 
 
-def _number(value: Any) -> Any:
-  """A finite SymPy or mpmath number as an mpmath complex (30 digits, no float overflow)."""
-  try:
-    with mpmath.workdps(30):
-      if isinstance(value, sympy.Expr):
-        if not value.is_number:
-          return None
-        re_part, im_part = (sympy.Float(part, 30) for part in value.as_real_imag())
-        z = mpmath.mpc(re_part._mpf_, im_part._mpf_)  # pylint: disable=protected-access
-      else:
-        z = mpmath.mpc(value)
-  except (TypeError, ValueError, AttributeError, ArithmeticError):
-    return None
-  return z if mpmath.isfinite(z.real) and mpmath.isfinite(z.imag) else None
-
-
-def _close(a: Any, b: Any, rel: float) -> bool:
+def _close(a: Any, b: Any, rel: float, floor: float = _ABS_FLOOR) -> bool:
   """|a - b| within `rel` of the larger magnitude: a 1% error fails at every scale."""
-  return abs(a - b) <= max(rel * max(abs(a), abs(b)), _ABS_FLOOR)
+  return abs(a - b) <= max(rel * max(abs(a), abs(b)), floor)
 
 
-def _symbolic_task(problem: Problem, answer: str, fmt: str) -> bool:
-  """Whether diff(answer) - integrand simplifies to 0 (indefinite problems)."""
-  antiderivative = parse_answer(problem, answer, fmt)
-  return sympy.simplify(sympy.diff(antiderivative, problem.variable) - problem.integrand) == 0
+def _points_seed(problem: Problem, answer: str) -> int:
+  # From the content, not the batch position: one answer gets one verdict everywhere.
+  return zlib.crc32(f"{problem.integrand}|{problem.variable}|{answer}".encode())
 
 
-def _numeric_task(problem: Problem, answer: str, fmt: str, seed: int) -> bool:
-  """diff(answer) == integrand at random real points where the integrand is finite."""
-  antiderivative = parse_answer(problem, answer, fmt)
+def _numeric_task(problem: Problem, answer: str, fmt: str) -> str:
+  """"ok"/"wrong"/"too large": F' == integrand at seeded real points (indefinite problems).
+
+  F' is a central difference at `_DIFF_DPS` digits with step `_DIFF_STEP`
+  (error ~1e-40 for smooth F): no symbolic derivative, whose size and
+  unevaluated parts (derivatives of Abs or re of complex functions) depend on
+  how SymPy rewrites the answer. Deterministic: fixed points, precision and
+  operation counts.
+  """
   params = _parameter_values(problem)
-  derivative = sympy.diff(antiderivative, problem.variable).xreplace(params)
+  antiderivative = parse_answer(problem, answer, fmt).xreplace(params)
   integrand = problem.integrand.xreplace(params)
-  rng = random.Random(seed)
+  x = problem.variable
+  rng = random.Random(_points_seed(problem, answer))
+
+  def derivative(t):
+    try:
+      ends = [numeric.evaluate(antiderivative, {x: t + d}, dps=_DIFF_DPS)
+              for d in (_DIFF_STEP, -_DIFF_STEP)]
+    except (numeric.NotNumeric, ArithmeticError, ValueError):
+      return None
+    return None if None in ends else (ends[0] - ends[1]) / (2 * _DIFF_STEP)
+
   real_pairs, complex_pairs = [], []
-  for k in range(60):
-    if len(real_pairs) >= _NUM_POINTS:
-      break
-    scale = (0.5, 2.0, 6.0)[k % 3]
-    point = sympy.Float(rng.uniform(-scale, scale), 30)
-    subs = {problem.variable: point}
-    target = _number(integrand.evalf(30, subs=subs))
-    if target is None:
-      continue
-    got = _number(derivative.evalf(30, subs=subs))
-    pairs = real_pairs if abs(target.imag) <= 1e-12 * max(1, abs(target)) else complex_pairs
-    pairs.append((target, got))
+  try:
+    with mpmath.workdps(_DIFF_DPS):
+      for k in range(60):
+        if len(real_pairs) >= _NUM_POINTS:
+          break
+        scale = (0.5, 2.0, 6.0)[k % 3]
+        point = mpmath.mpf(rng.uniform(-scale, scale))
+        try:
+          target = numeric.evaluate(integrand, {x: point})
+        except (numeric.NotNumeric, ArithmeticError, ValueError):
+          continue  # the integrand is undefined here: another point
+        if target is None:
+          continue
+        pairs = real_pairs if abs(target.imag) <= 1e-12 * max(1, abs(target)) else complex_pairs
+        pairs.append((target, derivative(point)))
+  except numeric.OperationLimit:
+    return "too large"
   pairs = real_pairs if len(real_pairs) >= 3 else real_pairs + complex_pairs
   if len(pairs) < 3:
-    return False  # nowhere to compare: not verified
-  return all(got is not None and _close(got, target, _REL_TOL_DERIVATIVE) for target, got in pairs)
-
-
-def _quad_points(lower: Any, upper: Any) -> list[Any]:
-  """Subdivision points: kinks and oscillations converge far better on short pieces."""
-  inf = mpmath.inf
-  if lower == -inf and upper == inf:
-    return [-inf, -16, -4, -1, 0, 1, 4, 16, inf]
-  if upper == inf:
-    return [lower + d for d in (0, 1, 4, 16)] + [inf]
-  if lower == -inf:
-    return [-inf] + [upper - d for d in (16, 4, 1, 0)]
-  return [lower + (upper - lower) * k / 16 for k in range(17)]
+    return "wrong"  # nowhere to compare: not verified
+  ok = all(got is not None and _close(got, target, _REL_TOL_DERIVATIVE) for target, got in pairs)
+  return "ok" if ok else "wrong"
 
 
 def _mp_bound(bound: sympy.Expr) -> Any:
   if bound in (sympy.oo, -sympy.oo):
     return mpmath.inf if bound == sympy.oo else -mpmath.inf
-  return mpmath.mpf(str(sympy.re(bound).evalf(25)))
+  with mpmath.workdps(50):
+    return mpmath.mpf(str(sympy.re(bound).evalf(50)))
 
 
-def _definite_value_task(problem: Problem) -> Any:
-  """The integral's value by tanh-sinh quadrature; None when its error estimate is poor."""
+@dataclasses.dataclass(frozen=True)
+class IntegralValue:
+  """A definite integral's value, its quadrature error estimate and the integral of |f|."""
+
+  value: Any
+  error: Any
+  scale: Any
+
+  @property
+  def tolerance(self) -> Any:
+    """The absolute slack of a comparison: near zero, what the quadrature can tell apart."""
+    return max(_ABS_FLOOR, 10 * self.error, 1e-10 * self.scale)
+
+
+def _definite_value_task(problem: Problem) -> IntegralValue | None:
+  """The integral by fixed-degree quadrature, split at jumps; None when its error is poor.
+
+  Retried at 40 digits when 20 leave the error estimate poor (cancellation
+  near a singular point): more work, the same answer on every machine.
+  """
   params = _parameter_values(problem)
   integrand = problem.integrand.xreplace(params)
   lower, upper = (_mp_bound(b.xreplace(params)) for b in problem.bounds)
-  fn = sympy.lambdify(problem.variable, integrand, "mpmath")  # our problem data, not model text
-  with mpmath.workdps(20):
+  x = problem.variable
+  if integrand.has(sympy.Sum, sympy.Product):  # lambdify cannot print them; ours adds them up
+    def fn(t):
+      z = numeric.evaluate(integrand, {x: t}, dps=mpmath.mp.dps)
+      if z is None:
+        raise ArithmeticError("not finite")
+      return z
+  else:
+    fn = sympy.lambdify(x, integrand, "mpmath")  # our problem data, not model text
+  try:
+    points = numeric.integration_points(integrand, x, lower, upper, fn)
+  except (ArithmeticError, ValueError, TypeError, numeric.NotNumeric, numeric.OperationLimit):
+    return None
+  if not numeric.trustworthy(fn, points):
+    return None
+  for dps in (20, 40):
     try:
-      value, error = mpmath.quad(fn, _quad_points(lower, upper), error=True)
-    except (ArithmeticError, ValueError, TypeError):
+      value, error = numeric.definite_integral(fn, points, dps)
+      scale, scale_error = numeric.definite_integral(lambda t: abs(fn(t)), points, dps)
+    except (ArithmeticError, ValueError, TypeError, numeric.NotNumeric, numeric.OperationLimit):
       return None
-  z = _number(value)
-  return z if z is not None and error <= max(1e-8 * abs(z), _ABS_FLOOR / 100) else None
+    with mpmath.workdps(30):
+      z = _finite_mpc(value)
+    if z is None or not mpmath.isfinite(scale):
+      return None
+    # The integral of |f| must be as well known as the value, and no smaller than |value|.
+    consistent = scale_error <= 1e-6 * scale and abs(z) <= scale * (1 + 1e-9)
+    # Known to 1e-8 of the value, or (an integral near 0) to 1e-11 of the integral of |f|.
+    if consistent and error <= max(1e-8 * abs(z), 1e-11 * scale):
+      return IntegralValue(z, error, scale)
+  return None
 
 
-def _value_task(problem: Problem, answer: str, fmt: str, value: Any) -> bool:
-  got = _number(parse_answer(problem, answer, fmt).xreplace(_parameter_values(problem)).evalf(30))
-  return got is not None and _close(got, value, _REL_TOL_VALUE)
+def _finite_mpc(value: Any) -> Any:
+  z = mpmath.mpc(value)
+  return z if mpmath.isfinite(z.real) and mpmath.isfinite(z.imag) else None
+
+
+def _value_task(problem: Problem, answer: str, fmt: str, value: IntegralValue) -> str:
+  expr = parse_answer(problem, answer, fmt).xreplace(_parameter_values(problem))
+  try:
+    got = numeric.evaluate(expr, {})
+  except numeric.OperationLimit:
+    return "too large"
+  except (numeric.NotNumeric, ArithmeticError, ValueError):
+    return "wrong"
+  return "ok" if got is not None and _close(got, value.value, _REL_TOL_VALUE,
+                                             value.tolerance) else "wrong"
 
 
 def _parse_task(problem: Problem, answer: str, fmt: str) -> bool:
@@ -351,55 +465,75 @@ def _parse_task(problem: Problem, answer: str, fmt: str) -> bool:
 
 # ---------------------------------------------------------------- verification (parent side)
 
-_VALUES: dict[Problem, Any] = {}
+_VALUES: dict[Problem, IntegralValue | None] = {}
 
 
 def definite_value(problem: Problem, *, pool: workers.WorkerPool | None = None,
-                   timeout: float = 10.0) -> Any:
-  """The value of a definite problem (None if unknown: no reliable quadrature in time); cached."""
-  if problem not in _VALUES:
-    outcome = (pool or workers.default_pool()).run(_definite_value_task, problem, timeout=timeout)
-    if outcome.status == "timeout":
-      return None  # not cached: a later call may have more time
-    _VALUES[problem] = outcome.value if outcome.ok else None
-  return _VALUES[problem]
+                   time_limit: float = 300.0) -> IntegralValue | None:
+  """The value of a definite problem (None if the quadrature cannot pin it down); cached."""
+  return definite_values([problem], pool=pool, time_limit=time_limit)[0]
+
+
+def definite_values(problems: Sequence[Problem], *, pool: workers.WorkerPool | None = None,
+                    time_limit: float = 300.0) -> list[IntegralValue | None]:
+  """`definite_value` for many problems, the new ones computed in parallel over the pool.
+
+  The work is bounded by the quadrature's fixed degree and subdivision;
+  `time_limit` is a safety net (a problem that hits it stays unknown and is
+  retried next time).
+  """
+  todo = list(dict.fromkeys(p for p in problems if p not in _VALUES))
+  outcomes = (pool or workers.default_pool()).map(_definite_value_task, [(p,) for p in todo],
+                                                  time_limit)
+  for problem, outcome in zip(todo, outcomes):
+    if outcome.status != "timeout":
+      _VALUES[problem] = outcome.value if outcome.ok else None
+  return [_VALUES.get(p) for p in problems]
 
 
 def check_answers(problems: Sequence[Problem], answers: Sequence[str | None], fmt: str = "sympy",
-                  *, pool: workers.WorkerPool | None = None, symbolic_timeout: float = 2.0,
-                  numeric_timeout: float = 5.0, seed: int = 0) -> list[Verdict]:
+                  *, pool: workers.WorkerPool | None = None, time_limit: float = 30.0,
+                  integral_time_limit: float = 300.0) -> list[Verdict]:
   """Formal verdicts for (problem, answer) pairs, batched over the worker pool.
 
-  `format_ok`: the answer parses (None: no answer). `correct`: verified
-  within the time limits. Timeouts and errors count as not verified.
+  `format_ok`: the answer parses (None: no answer). `correct`: verified.
+  Every decision is bounded by sizes and operation counts, so it is the same
+  on any machine and under any load. `time_limit` (per answer and stage) is
+  only a safety net: an answer that hits it gets `timed_out=True` and the
+  verdict of an unparseable answer (no format bonus, not correct), whichever
+  stage it hit.
   """
   pool = pool or workers.default_pool()
-  for problem in {p for p in problems if p.definite}:
-    definite_value(problem, pool=pool, timeout=numeric_timeout)
+  definite_values([p for p in problems if p.definite], pool=pool, time_limit=integral_time_limit)
   todo = [i for i, a in enumerate(answers) if a is not None]
-  parsed = pool.map(_parse_task, [(problems[i], answers[i], fmt) for i in todo], numeric_timeout)
+  parsed = pool.map(_parse_task, [(problems[i], answers[i], fmt) for i in todo], time_limit)
   verdicts = [Verdict(False, False, "no answer") for _ in answers]
+
+  def timed_out(i: int, stage: str) -> Verdict:
+    return Verdict(False, False, f"{stage}: timed out", answers[i], timed_out=True)
+
   for i, outcome in zip(todo, parsed):
-    verdicts[i] = Verdict(outcome.ok, False, "parsed" if outcome.ok else
-                          f"unparseable: {outcome.error}", answers[i])
+    verdicts[i] = (timed_out(i, "parse") if outcome.status == "timeout" else
+                   Verdict(outcome.ok, False, "parsed" if outcome.ok else
+                           f"unparseable: {outcome.error}", answers[i]))
   ok = [i for i in todo if verdicts[i].format_ok]
 
-  def settle(indices, fn, make_args, timeout, stage):
-    outcomes = pool.map(fn, [make_args(i) for i in indices], timeout)
+  def settle(indices, fn, make_args, stage):
+    outcomes = pool.map(fn, [make_args(i) for i in indices], time_limit)
     for i, outcome in zip(indices, outcomes):
-      reason = {"ok": f"{stage}: {'ok' if outcome.value else 'wrong'}",
-                "timeout": f"{stage}: timed out"}.get(outcome.status, f"{stage}: {outcome.error}")
-      verdicts[i] = Verdict(True, bool(outcome.ok and outcome.value), reason, answers[i])
+      if outcome.status == "timeout":
+        verdicts[i] = timed_out(i, stage)
+      else:
+        verdicts[i] = Verdict(True, outcome.ok and outcome.value == "ok",
+                              f"{stage}: {outcome.value if outcome.ok else outcome.error}",
+                              answers[i])
 
   definite = [i for i in ok if problems[i].definite]
   for i in definite:
     if _VALUES.get(problems[i]) is None:
       verdicts[i] = Verdict(True, False, "integral value unknown", answers[i])
   settle([i for i in definite if _VALUES.get(problems[i]) is not None], _value_task,
-         lambda i: (problems[i], answers[i], fmt, _VALUES[problems[i]]), numeric_timeout, "value")
-  indefinite = [i for i in ok if not problems[i].definite]
-  settle(indefinite, _symbolic_task, lambda i: (problems[i], answers[i], fmt), symbolic_timeout,
-         "symbolic")
-  settle([i for i in indefinite if not verdicts[i].correct], _numeric_task,
-         lambda i: (problems[i], answers[i], fmt, seed + i), numeric_timeout, "numeric")
+         lambda i: (problems[i], answers[i], fmt, _VALUES[problems[i]]), "value")
+  settle([i for i in ok if not problems[i].definite], _numeric_task,
+         lambda i: (problems[i], answers[i], fmt), "numeric")
   return verdicts

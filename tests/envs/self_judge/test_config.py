@@ -19,7 +19,7 @@ def test_defaults_and_schedule():
 
 @pytest.mark.parametrize("field,value", [
     ("task", "chess"), ("group_size", 0), ("judge_template", 5), ("judge_sees", "all"),
-    ("judge_weights", "sometimes"), ("judge_delay_steps", 0), ("numeric_timeout_s", 0.0),
+    ("judge_weights", "sometimes"), ("judge_delay_steps", 0), ("verifier_time_limit_s", 0.0),
 ])
 def test_validation(field, value):
   with pytest.raises(ValueError, match="SelfJudgeConfig"):

@@ -164,6 +164,24 @@ def test_integration_task(pool):
   assert batch.metrics["self_judge/judge_acc"] == 1.0
   assert batch.metrics["self_judge/format_rate"] == pytest.approx(2 / 3)
   assert batch.records[0]["definite"] is False
+  assert batch.metrics["verifier/timeouts"] == 0.0
+
+
+def test_an_answer_past_the_verifier_safety_net_is_scored_as_unparseable(pool):
+  tokenizer = ByteTokenizer()
+  slow = "x**2" + " + 0*sin(x)" * 150  # correct, but its parse alone takes milliseconds
+  policy = Scripted(tokenizer, lambda t, k: f"<answer>{slow}</answer>")
+  judge = Scripted(tokenizer, lambda t, k: "\\boxed{1}")
+  env = SelfJudgeEnv(SelfJudgeConfig(task="integration", group_size=2,
+                                     verifier_time_limit_s=1e-4), tokenizer,
+                     judge_sample=judge, pool=pool)
+  batch = env.play([integration.Problem.from_sympy("2*x")], policy, np.random.default_rng(0),
+                   step=1)
+  # The judge's 1, no format bonus, not correct: the reward of an unparseable answer.
+  assert [r.reward for r in batch.trajectories] == pytest.approx([1.0, 1.0])
+  assert batch.metrics["verifier/timeouts"] == 2.0
+  assert batch.metrics["self_judge/true_reward"] == 0.0
+  assert all(a["reason"] == "parse: timed out" for a in batch.records[0]["answers"])
 
 
 def test_sample_count_mismatch_raises():

@@ -1,6 +1,8 @@
 """Tests for rlsvr.envs.self_judge.integration: LaTeX problems and the formal verifier."""
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -12,12 +14,10 @@ from rlsvr.envs.self_judge.integration import Problem, check_answers, normalize_
 from .conftest import assert_payload_is_live, shared_path
 
 x = sympy.Symbol("x", real=True)
-FAST = dict(symbolic_timeout=2.0, numeric_timeout=5.0)
 
 
 def _verify_all(pool, problem, answers, fmt="sympy"):
-  return [v.correct for v in check_answers([problem] * len(answers), answers, fmt, pool=pool,
-                                           **FAST)]
+  return [v.correct for v in check_answers([problem] * len(answers), answers, fmt, pool=pool)]
 
 
 @pytest.mark.parametrize("integrand,right,wrong", [
@@ -80,30 +80,82 @@ def test_from_latex_variants(pool):
 
 
 def test_normalize_latex():
-  assert normalize_latex(r"\tfrac12 x^2\log x + C") == r"\frac{1}{2} x^{2}\ln x"
+  assert normalize_latex(r"\tfrac12 x^2\log x + C") == r"\frac{1}{2} x^{2}\ln(x)"
+  # A one-letter argument is closed: sec(x) (sec x + tan x), not sec(x (sec x + tan x)).
+  assert (normalize_latex(r"\sec x\,(\sec x+\tan x)^{2025}")
+          == r"\sec(x) (\sec(x)+\tan(x))^{2025}")
+  assert normalize_latex(r"\sin x^2 + \sin xy") == r"\sin x^{2} + \sin xy"
   assert (normalize_latex(r"\sqrt3 + \sqrt\pi + \sqrt[4]{x}")
           == r"\sqrt{3} + \sqrt{\pi} + \sqrt[4]{x}")
   assert normalize_latex(r"\log_{10} x\,\big(y\big)") == r"\log_{10} x (y)"
 
 
-def test_pathological_answers_return_within_the_limit(pool):
+PATHOLOGICAL = ["(x + 1)**10000 - (x + 1)**10000 + x**2 + exp(exp(exp(exp(exp(x)))))",
+                "x**x**x**x**x**x**x", "9**9**9**9", "(" * 100 + "x" + ")" * 100,
+                "x+" * 50_000 + "x", "sin(" * 60 + "x" + ")" * 60 + "*" + "(x+1)**9999",
+                "sin(exp(exp(exp(x)))) + x**2", "gamma(exp(exp(x)))", "erf(exp(exp(x))*I)"]
+
+
+def test_pathological_answers_are_bounded_by_operations_not_the_clock(pool):
   problem = Problem.from_sympy("2*x")
-  answers = ["(x + 1)**10000 - (x + 1)**10000 + x**2 + exp(exp(exp(exp(exp(x)))))",
-             "x**x**x**x**x**x**x", "9**9**9**9", "(" * 100 + "x" + ")" * 100,
-             "x+" * 50_000 + "x", "sin(" * 60 + "x" + ")" * 60 + "*" + "(x+1)**9999"]
   start = time.monotonic()
-  verdicts = check_answers([problem] * len(answers), answers, pool=pool, symbolic_timeout=0.3,
-                           numeric_timeout=0.6)
+  verdicts = check_answers([problem] * len(PATHOLOGICAL), PATHOLOGICAL, pool=pool, time_limit=60)
   elapsed = time.monotonic() - start
-  assert not any(v.correct for v in verdicts)
-  # Two workers, three bounded stages per answer (parse, symbolic, numeric), and slack.
-  assert elapsed < len(answers) * (0.6 + 0.3 + 0.6) / 2 + 2, elapsed
+  assert not any(v.timed_out for v in verdicts), [v.reason for v in verdicts]
+  assert [v.correct for v in verdicts] == [False] * 6 + [False, False, False]
+  assert elapsed < 30, elapsed  # generous: bounded work, not a race against a limit
   latex = [r"\frac{" * 300 + "x" + "}{2}" * 300, "x" * 100_000, r"e^{e^{e^{e^{e^{e^{x}}}}}}"]
-  start = time.monotonic()
-  verdicts = check_answers([problem] * 3, latex, "latex", pool=pool, symbolic_timeout=0.3,
-                           numeric_timeout=0.6)
-  assert not any(v.correct for v in verdicts)
-  assert time.monotonic() - start < 3 * (0.6 + 0.3 + 0.6) / 2 + 2
+  verdicts = check_answers([problem] * 3, latex, "latex", pool=pool, time_limit=60)
+  assert not any(v.correct or v.timed_out for v in verdicts)
+
+
+def test_verdicts_are_the_same_on_a_loaded_machine(pool):
+  # The old verifier ran simplify under a 2 s limit and quadrature under 5 s: under load a
+  # correct answer (or a problem's value) timed out and became "not verified".
+  problems = [Problem.from_sympy("x*exp(x)*sin(x)"), Problem.from_sympy("1/(x**4 + 1)"),
+              Problem.from_sympy("exp(-x**2)*cos(3*x)", bounds=("0", "4"))]
+  answers = ["exp(x)*(x*sin(x) - x*cos(x) + cos(x))/2",
+             "(log((x**2 + sqrt(2)*x + 1)/(x**2 - sqrt(2)*x + 1)) + 2*atan(sqrt(2)*x + 1)"
+             " + 2*atan(sqrt(2)*x - 1))*sqrt(2)/8", None]
+  value = integration.definite_value(problems[2], pool=pool)
+  assert value is not None
+  answers[2] = sympy.sstr(sympy.Float(value.value.real, 25))
+  cases = [(p, a) for p in problems for a in answers] + [
+      (problems[0], a) for a in PATHOLOGICAL[-3:]]
+
+  def verdicts():
+    return [(v.format_ok, v.correct, v.reason) for v in check_answers(
+        [p for p, _ in cases], [a for _, a in cases], pool=pool, time_limit=120)]
+  idle = verdicts()
+  assert idle[0][1] and idle[4][1] and idle[8][1], idle
+  burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(6)]
+  try:
+    loaded = verdicts()
+  finally:
+    for b in burners:
+      b.kill()
+  assert loaded == idle
+
+
+def test_a_verdict_depends_on_the_answer_not_its_position_in_the_batch(pool):
+  # |x| is an antiderivative of 1 only for x > 0: its verdict hangs on the points drawn.
+  # They used to come from the answer's index in the batch, so copies disagreed.
+  problem = Problem.from_sympy("1")
+  verdicts = check_answers([problem] * 64, ["Abs(x)"] * 64, pool=pool)
+  assert len({v.correct for v in verdicts}) == 1
+  other = check_answers([Problem.from_sympy("2*x")] * 5 + [problem], ["x**2"] * 5 + ["Abs(x)"],
+                        pool=pool)
+  assert other[-1].correct == verdicts[0].correct
+
+
+def test_a_step_past_the_safety_net_gets_the_unparseable_verdict(pool):
+  problems = [Problem.from_sympy("2*x"), Problem.from_sympy("2*x", bounds=("0", "1"))]
+  integration.definite_value(problems[1], pool=pool)
+  padding = " + 0*sin(x)" * 150  # a few ms of parsing: far past the limit
+  verdicts = check_answers(problems, ["x**2" + padding, "1" + padding], pool=pool,
+                           time_limit=1e-4)
+  assert [(v.format_ok, v.correct, v.timed_out) for v in verdicts] == [(False, False, True)] * 2
+  assert all("timed out" in v.reason for v in verdicts)
 
 
 def test_injection_payloads_do_not_run(pool, tmp_path):
@@ -114,14 +166,13 @@ def test_injection_payloads_do_not_run(pool, tmp_path):
   assert_payload_is_live(code, tmp_path / "control")
   answers = [t.replace("{marker}", str(tmp_path / f"pwned{k}")) for k, t in enumerate(templates)]
   for fmt in ("sympy", "latex"):
-    verdicts = check_answers([problem] * len(answers), answers, fmt, pool=pool, **FAST)
+    verdicts = check_answers([problem] * len(answers), answers, fmt, pool=pool)
     assert not any(v.correct for v in verdicts)
   assert not any(os.path.exists(tmp_path / f"pwned{k}") for k in range(len(templates)))
 
 
 def test_unparseable_and_missing_answers(pool):
-  verdicts = check_answers([Problem.from_sympy("2*x")] * 3, [None, "x**", "x**2"], pool=pool,
-                           **FAST)
+  verdicts = check_answers([Problem.from_sympy("2*x")] * 3, [None, "x**", "x**2"], pool=pool)
   assert [(v.format_ok, v.correct) for v in verdicts] == [(False, False), (False, False),
                                                           (True, True)]
   assert verdicts[0].reason == "no answer" and "unparseable" in verdicts[1].reason
@@ -129,7 +180,11 @@ def test_unparseable_and_missing_answers(pool):
 
 # A sample of the shared Integration Bee set, fast enough for every run; set
 # RLSVR_FULL_INTEGRATION_BEE=1 to parse and verify all 180 problems (minutes).
-BEE_SAMPLE = ("B004", "B008", "B041", "B097", "H036")
+# B013 (mass far from 0), B017 (a series with a closed form), H014 (real cube roots), H026
+# (jumps), H057 (\sec x\,(...)) and H071 (a bound that rounds out of the domain) failed before
+# the verifier learned them.
+BEE_SAMPLE = ("B004", "B008", "B041", "B097", "H036", "B013", "B017", "H014", "H026", "H057",
+              "H071")
 
 
 def _bee_rows():
@@ -150,12 +205,12 @@ def test_integration_bee_official_answers(pool):
                                              [r["answer"] for r in rows], pool=pool, timeout=30)
   parsed = [(r, p) for r, p in zip(rows, problems) if p is not None]
   verdicts = check_answers([p for _, p in parsed], [r["answer"] for r, _ in parsed], "latex",
-                           pool=pool, **FAST)
+                           pool=pool)
   verified = sum(v.correct for v in verdicts)
   print(f"Integration Bee: {len(parsed)}/{len(rows)} parse, {verified}/{len(parsed)} official "
         "answers verify")
   if full:
-    assert len(parsed) >= 150 and verified >= 115
+    assert len(parsed) >= 151 and verified >= 129
   else:
     assert len(parsed) == len(rows) and verified == len(parsed), [
         (r["id"], v.reason) for (r, _), v in zip(parsed, verdicts) if not v.correct]
