@@ -9,7 +9,8 @@ import pytest
 import sympy
 
 from rlsvr.envs.self_judge import integration
-from rlsvr.envs.self_judge.integration import Problem, check_answers, normalize_latex
+from rlsvr.envs.self_judge.integration import Problem, check_answers
+from rlsvr.envs.self_judge.latex import normalize_latex
 
 from .conftest import assert_payload_is_live, shared_path
 

@@ -5,7 +5,7 @@ import mpmath
 import pytest
 import sympy
 
-from rlsvr.envs.self_judge import integration, numeric
+from rlsvr.envs.self_judge import integration, latex, numeric
 from rlsvr.envs.self_judge.integration import Problem
 
 x = sympy.Symbol("x", real=True)
@@ -77,14 +77,14 @@ def test_definite_values_with_jumps_tails_and_singular_ends(pool, integrand, bou
 
 
 def test_closed_forms_and_real_roots():
-  series = integration.latex_to_sympy(r"\sum_{k=0}^{\infty}\sin\left(\frac{k\pi}{2}\right)x^k",
+  series = latex.latex_to_sympy(r"\sum_{k=0}^{\infty}\sin\left(\frac{k\pi}{2}\right)x^k",
                                       x, trusted=True)
-  closed = integration.closed_forms(series)
+  closed = latex.closed_forms(series)
   assert not closed.has(sympy.Sum)
   assert sympy.simplify(closed - x / (1 + x**2)) == 0
-  root = integration.latex_to_sympy(r"\sqrt[3]{x}", x)
+  root = latex.latex_to_sympy(r"\sqrt[3]{x}", x)
   assert complex(root.subs(x, -8)) == pytest.approx(-2)  # the contest's real cube root
-  assert integration.latex_to_sympy(r"\sqrt{x}", x) == sympy.sqrt(x)
+  assert latex.latex_to_sympy(r"\sqrt{x}", x) == sympy.sqrt(x)
 
 
 def test_quadrature_that_cannot_be_believed_gives_no_value(pool):
