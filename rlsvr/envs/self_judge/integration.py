@@ -277,8 +277,9 @@ def _definite_value_task(problem: Problem) -> IntegralValue | None:
       z = _finite_mpc(value)
     if z is None or not mpmath.isfinite(scale):
       return None
-    # The integral of |f| must be as well known as the value, and no smaller than |value|.
-    consistent = scale_error <= 1e-6 * scale and abs(z) <= scale * (1 + 1e-9)
+    # |value| <= the integral of |f|. That integral has kinks at every zero of f and may be
+    # known only roughly: it only sets the slack of comparisons near zero.
+    consistent = abs(z) <= (scale + scale_error) * (1 + 1e-9)
     # Known to 1e-8 of the value, or (an integral near 0) to 1e-11 of the integral of |f|.
     if consistent and error <= max(1e-8 * abs(z), 1e-11 * scale):
       return IntegralValue(z, error, scale)
