@@ -181,7 +181,9 @@ def test_an_answer_past_the_verifier_safety_net_is_scored_as_unparseable(pool):
   assert [r.reward for r in batch.trajectories] == pytest.approx([1.0, 1.0])
   assert batch.metrics["verifier/timeouts"] == 2.0
   assert batch.metrics["self_judge/true_reward"] == 0.0
-  assert all(a["reason"] == "parse: timed out" for a in batch.records[0]["answers"])
+  # Which stage hits the limit depends on the machine (a worker may have the
+  # parse cached); the verdict does not.
+  assert all(a["reason"].endswith(": timed out") for a in batch.records[0]["answers"])
 
 
 def test_sample_count_mismatch_raises():
