@@ -8,11 +8,11 @@ written as SymPy text (the policy's format) or LaTeX (official keys):
   real points drawn from a seed that is a hash of the problem and the
   answer, with a relative tolerance; any constant (or `+ C`) is ignored;
 - definite: compare the answer's value with the integral's value, computed
-  once per problem by fixed-degree tanh-sinh quadrature on subintervals split
-  at the integrand's jumps and kinks; when the quadrature's error estimate is
-  poor the value is unknown and no answer verifies.
+  once per problem by `quadrature.integral` (fixed-degree tanh-sinh on pieces
+  split at jumps and kinks, fine float64 panels for fast oscillations); when
+  neither pins it down the value is unknown and no answer verifies.
 
-Decisions are bounded by sizes and operation counts (`numeric`), never by
+Decisions are bounded by sizes and operation counts (`numeric`, `quadrature`), never by
 the clock, so they are the same on every machine and under any load. Every
 SymPy step still runs in a killable worker (`workers.WorkerPool`) whose time
 limit is a safety net: a step that hits it gives the answer the verdict of
@@ -21,27 +21,28 @@ in the Integration Bee (latex2sympy2 reads it as base 10); odd roots of
 negative numbers are real, as contests mean. Sums and products in an
 integrand are replaced by SymPy's closed form where it finds one. Other free
 symbols of a problem (e.g. `b` in B066) are parameters, checked at fixed
-values > 1.
+values > 1 (odd integers where they bound a sum or product, as n in H069). A
+Stieltjes integral `d(g(x))` is read as g'(x) dx, `\\{u\\}` as u - floor(u).
 """
 from __future__ import annotations
 
 import dataclasses
 import random
+import re
 import zlib
 from typing import Any, Sequence
 
 import mpmath
 import sympy
 
-from rlsvr.envs.self_judge import numeric, safe_math, workers
+from rlsvr.envs.self_judge import numeric, quadrature, safe_math, workers
+from rlsvr.envs.self_judge.quadrature import IntegralValue
 from rlsvr.envs.self_judge.latex import closed_forms, latex_to_sympy
 from rlsvr.envs.self_judge.countdown import Verdict  # the same verdict shape for both tasks
 
 _REL_TOL_DERIVATIVE = 1e-8
 _REL_TOL_VALUE = 1e-6
-# Comparisons are relative; this absolute floor only matters for values within ~1e-12 of
-# zero (an integral that is exactly 0), where no relative test can pass.
-_ABS_FLOOR = 1e-12
+_ABS_FLOOR = quadrature.ABS_FLOOR
 _NUM_POINTS = 6
 _DIFF_DPS = 60
 _DIFF_STEP = mpmath.mpf(10) ** -20
@@ -127,15 +128,25 @@ def prompt(problem: Problem) -> str:
           "Show your work in <think> </think> tags first.")
 
 
+# \int f\,d(g(x)), a Stieltjes integral with a differentiable g, is \int f g'(x)\,dx.
+_STIELTJES = re.compile(r"(?<![A-Za-z\\])d\s*(?:\\left)?\((.+?)(?:\\right)?\)\s*$")
+
+
 def _problem_from_latex(latex: str):
   x = sympy.Symbol("x", real=True)
   placeholder = sympy.Symbol("x")
+  weight = sympy.Integer(1)
+  if stieltjes := _STIELTJES.search(latex):
+    g = latex_to_sympy(stieltjes.group(1), placeholder, trusted=True)
+    if g.free_symbols != {placeholder}:
+      raise ValueError("a Stieltjes integral d(g) with g not a function of x alone")
+    latex, weight = latex[:stieltjes.start()] + r"\,dx", sympy.diff(g, placeholder)
   integral = latex_to_sympy(latex, placeholder, trusted=True)
   if not isinstance(integral, sympy.Integral) or len(integral.limits) != 1:
     raise ValueError("not a single integral")
   limit = integral.limits[0]
   variable = sympy.Symbol(limit[0].name, real=True) if limit[0] != placeholder else x
-  integrand = closed_forms(integral.function.xreplace({limit[0]: variable}))
+  integrand = closed_forms((integral.function * weight).xreplace({limit[0]: variable}))
   bounds = None
   if len(limit) == 3:
     bounds = (limit[1], limit[2])
@@ -148,8 +159,13 @@ def _problem_from_latex(latex: str):
 
 
 def _parameter_values(problem: Problem) -> dict[sympy.Symbol, sympy.Expr]:
-  # Fixed values > 1 so conditions like n > 1 hold and the value cache is consistent.
-  return {p: sympy.Rational(13 + 4 * k, 10) for k, p in enumerate(problem.parameters)}
+  # Fixed values > 1 so conditions like n > 1 hold and the value cache is consistent; a
+  # parameter in the limits of a sum or product (n in prod_{k=1}^{n-1}) is an odd integer.
+  counts = set().union(*[lo.free_symbols | hi.free_symbols
+                         for node in problem.integrand.atoms(sympy.Sum, sympy.Product)
+                         for _, lo, hi in node.limits])
+  return {p: sympy.Integer(5 + 2 * k) if p in counts else sympy.Rational(13 + 4 * k, 10)
+          for k, p in enumerate(problem.parameters)}
 
 
 def parse_answer(problem: Problem, answer: str, fmt: str) -> sympy.Expr:
@@ -229,66 +245,10 @@ def _mp_bound(bound: sympy.Expr) -> Any:
     return mpmath.mpf(str(sympy.re(bound).evalf(50)))
 
 
-@dataclasses.dataclass(frozen=True)
-class IntegralValue:
-  """A definite integral's value, its quadrature error estimate and the integral of |f|."""
-
-  value: Any
-  error: Any
-  scale: Any
-
-  @property
-  def tolerance(self) -> Any:
-    """The absolute slack of a comparison: near zero, what the quadrature can tell apart."""
-    return max(_ABS_FLOOR, 10 * self.error, 1e-10 * self.scale)
-
-
 def _definite_value_task(problem: Problem) -> IntegralValue | None:
-  """The integral by fixed-degree quadrature, split at jumps; None when its error is poor.
-
-  Retried at 40 digits when 20 leave the error estimate poor (cancellation
-  near a singular point): more work, the same answer on every machine.
-  """
   params = _parameter_values(problem)
-  integrand = problem.integrand.xreplace(params)
   lower, upper = (_mp_bound(b.xreplace(params)) for b in problem.bounds)
-  x = problem.variable
-  if integrand.has(sympy.Sum, sympy.Product):  # lambdify cannot print them; ours adds them up
-    def fn(t):
-      z = numeric.evaluate(integrand, {x: t}, dps=mpmath.mp.dps)
-      if z is None:
-        raise ArithmeticError("not finite")
-      return z
-  else:
-    fn = sympy.lambdify(x, integrand, "mpmath")  # our problem data, not model text
-  try:
-    points = numeric.integration_points(integrand, x, lower, upper, fn)
-  except (ArithmeticError, ValueError, TypeError, numeric.NotNumeric, numeric.OperationLimit):
-    return None
-  if not numeric.trustworthy(fn, points):
-    return None
-  for dps in (20, 40):
-    try:
-      value, error = numeric.definite_integral(fn, points, dps)
-      scale, scale_error = numeric.definite_integral(lambda t: abs(fn(t)), points, dps)
-    except (ArithmeticError, ValueError, TypeError, numeric.NotNumeric, numeric.OperationLimit):
-      return None
-    with mpmath.workdps(30):
-      z = _finite_mpc(value)
-    if z is None or not mpmath.isfinite(scale):
-      return None
-    # |value| <= the integral of |f|. That integral has kinks at every zero of f and may be
-    # known only roughly: it only sets the slack of comparisons near zero.
-    consistent = abs(z) <= (scale + scale_error) * (1 + 1e-9)
-    # Known to 1e-8 of the value, or (an integral near 0) to 1e-11 of the integral of |f|.
-    if consistent and error <= max(1e-8 * abs(z), 1e-11 * scale):
-      return IntegralValue(z, error, scale)
-  return None
-
-
-def _finite_mpc(value: Any) -> Any:
-  z = mpmath.mpc(value)
-  return z if mpmath.isfinite(z.real) and mpmath.isfinite(z.imag) else None
+  return quadrature.integral(problem.integrand.xreplace(params), problem.variable, lower, upper)
 
 
 def _value_task(problem: Problem, answer: str, fmt: str, value: IntegralValue) -> str:

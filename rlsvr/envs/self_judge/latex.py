@@ -53,6 +53,8 @@ def normalize_latex(text: str) -> str:
   text = re.sub(r"\\(?:,|!|;|:|displaystyle(?![A-Za-z]))", " ", text)
   text = re.sub(r"\\log(?![A-Za-z_])", r"\\ln", text)  # natural log, as the contests mean
   text = re.sub(r"\\operatorname\{(sech|csch)\}", r"\\text{\1}", text)
+  # \{u\} is the fractional part u - floor(u) (latex2sympy2 reads a set, drops the braces).
+  text = re.sub(r"(?:\\left)?\\\{(.+?)(?:\\right)?\\\}", r"(\1 - \\lfloor \1 \\rfloor)", text)
   text = re.sub(r"(\\quad|\\ )\s*\(.*\)\s*$", "", text)  # trailing conditions like "(n>1)"
   text = re.sub(r"\s*\+\s*C\s*$", "", text)
   text = re.sub(r"\^([A-Za-z0-9])", r"^{\1}", text)

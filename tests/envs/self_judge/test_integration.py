@@ -75,6 +75,18 @@ def test_from_latex_variants(pool):
   p = Problem.from_latex(r"\int_1^{\infty} \frac{dx}{x+nx^n} \quad (n>1)", pool=pool)
   assert [s.name for s in p.parameters] == ["n"]
   assert p.verify(r"\frac{1}{1-n}\ln\!\left(\frac{n}{n+1}\right)", "latex", pool=pool)
+  # \{x\} is the fractional part; d(cos pi x) is -pi sin(pi x) dx (Integration Bee H089).
+  p = Problem.from_latex(r"\int_0^{2025}\{x\}\,d(\cos\pi x)", pool=pool)
+  x = p.variable
+  weight = -sympy.pi * sympy.sin(sympy.pi * x)
+  assert sympy.simplify(p.integrand - (x - sympy.floor(x)) * weight) == 0
+  assert p.verify("-1", pool=pool) and not p.verify("1", pool=pool)
+  p = Problem.from_latex(r"\int_0^1 x\,d\left(x^2\right)", pool=pool)
+  assert p.verify("2/3", pool=pool)
+  # n bounds a product: an integer (H069); prod_{k<n} |2 x sin(pi k / n)| = n |x|**(n-1).
+  p = Problem.from_latex(r"\int\prod_{k=1}^{n-1}\sqrt{2x^2-2x^2\cos\!\left(\frac{2\pi k}{n}\right)}"
+                         r"\,dx", pool=pool)
+  assert p.verify("x^n + C", "latex", pool=pool) and not p.verify("x^{n+1}", "latex", pool=pool)
   for bad in [r"x^2", r"\lim_{n\to\infty}\int_0^1 x^n\,dx", r"\int_0^1\int_0^1 xy\,dx\,dy"]:
     with pytest.raises(ValueError, match="cannot parse"):
       Problem.from_latex(bad, pool=pool)
@@ -182,10 +194,11 @@ def test_unparseable_and_missing_answers(pool):
 # A sample of the shared Integration Bee set, fast enough for every run; set
 # RLSVR_FULL_INTEGRATION_BEE=1 to parse and verify all 180 problems (minutes).
 # B013 (mass far from 0), B017 (a series with a closed form), H014 (real cube roots), H026
-# (jumps), H057 (\sec x\,(...)) and H071 (a bound that rounds out of the domain) failed before
-# the verifier learned them.
+# (jumps), H057 (\sec x\,(...)), H071 (a bound that rounds out of the domain), B070 and H003
+# (thousands of oscillations), H010 (a series of floors), H069 (an integer parameter) and H089
+# (\{x\}\,d(\cos\pi x)) failed before the verifier learned them.
 BEE_SAMPLE = ("B004", "B008", "B041", "B097", "H036", "B013", "B017", "H014", "H026", "H057",
-              "H071")
+              "H071", "B070", "H003", "H010", "H069", "H089")
 
 
 def _bee_rows():
@@ -211,7 +224,7 @@ def test_integration_bee_official_answers(pool):
   print(f"Integration Bee: {len(parsed)}/{len(rows)} parse, {verified}/{len(parsed)} official "
         "answers verify")
   if full:
-    assert len(parsed) >= 151 and verified >= 129
+    assert len(parsed) >= 150 and verified >= 139  # H091 parses in 20-60 s, load-dependent
   else:
     assert len(parsed) == len(rows) and verified == len(parsed), [
         (r["id"], v.reason) for (r, _), v in zip(parsed, verdicts) if not v.correct]
