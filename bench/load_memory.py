@@ -100,7 +100,7 @@ def measure(method: str, path: str) -> dict:
 def write_checkpoint(path: str, layers: int, vocab: int) -> dict:
   import jax  # noqa: PLC0415
 
-  from rlsvr.model import hf, qwen3  # noqa: PLC0415
+  from rlsvr.model import hf, params as params_lib, qwen3  # noqa: PLC0415
   from rlsvr.model.config import ModelConfig  # noqa: PLC0415
 
   config = ModelConfig(vocab_size=vocab, hidden_size=1024, intermediate_size=3072,
@@ -108,7 +108,7 @@ def write_checkpoint(path: str, layers: int, vocab: int) -> dict:
                        tie_word_embeddings=False)
   if not os.path.exists(os.path.join(path, "config.json")):
     hf.save_pretrained(path, config, qwen3.init_params(config, jax.random.key(0)))
-  shapes = {p: x.shape for p, x in hf.flatten(qwen3.abstract_params(config)).items()}
+  shapes = {p: x.shape for p, x in params_lib.flatten(qwen3.abstract_params(config)).items()}
   size = lambda s: int(__import__("math").prod(s)) * 4
   return {"file": sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)),
           "largest_tensor": max(size(s[1:]) if p.startswith("layers/") else size(s)

@@ -1,12 +1,12 @@
-"""Every sharding decision in one place: processes, the mesh, and the partition rules.
+"""Processes, the mesh, and placing batches and parameters on it.
 
 Mesh axes:
   data    pure data parallelism (batch only; weights replicated across it)
   fsdp    batch *and* the non-head dimension of every large weight (ZeRO-3 style)
   tensor  attention heads, MLP hidden units and the vocabulary (Megatron style)
 
-A weight dimension is only sharded over an axis whose size divides it; otherwise
-that dimension is replicated (tiny test models, 8 KV heads on tensor=16, ...).
+Which dimension of which weight splits over which axis is the parameter table's
+rule (`rlsvr.model.params.spec_for`, which `load_pretrained` needs too).
 
 Multi-host (`initialize_distributed`): JAX's multi-controller runtime. Every
 process runs the same program on the same host data (the game logic is
@@ -18,31 +18,15 @@ alone writes logs and rollouts.
 from __future__ import annotations
 
 import os
-import re
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from rlsvr.model import hf, qwen3
-from rlsvr.model.config import ModelConfig
+from rlsvr.model.params import flatten, spec_for, unflatten
 
 MESH_AXES = ("data", "fsdp", "tensor")
-
-# Path regex -> logical spec of the parameter's axes, first match wins. Stacked
-# layer weights lead with the layer axis, which is never sharded (scan slices it).
-_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
-    (r"^embed$", ("tensor", "fsdp")),  # [V, D]
-    (r"^lm_head$", ("fsdp", "tensor")),  # [D, V]
-    (r"attn/[qkv]_proj$", (None, "fsdp", "tensor", None)),  # [L, D, H|K, Dh]
-    (r"attn/o_proj$", (None, "tensor", None, "fsdp")),  # [L, H, Dh, D]
-    (r"attn/[qkv]_bias$", (None, "tensor", None)),  # [L, H|K, Dh]
-    (r"mlp/(gate|up)_proj$", (None, "fsdp", "tensor")),  # [L, D, F]
-    (r"mlp/down_proj$", (None, "tensor", "fsdp")),  # [L, F, D]
-    (r"mlp/(gate|up)_bias$", (None, "tensor")),  # [L, F]
-    (r".*", ()),  # norms, o/down biases: small, replicated
-)
 
 
 # Environment variables that say "this is one process of several" for the cluster
@@ -146,24 +130,6 @@ def put_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
   return {k: put(v) for k, v in batch.items()}
 
 
-def spec_for(path: str, shape: tuple[int, ...], mesh: Mesh) -> P:
-  """The PartitionSpec of the parameter at `path` ("layers/attn/q_proj") on `mesh`."""
-  for pattern, logical in _RULES:
-    if re.search(pattern, path):
-      break
-  axes = [a if a is not None and mesh.shape[a] > 1 and dim % mesh.shape[a] == 0 else None
-          for a, dim in zip(logical, shape)]
-  return P(*axes, *([None] * (len(shape) - len(axes))))
-
-
-def param_shardings(config: ModelConfig, mesh: Mesh, dtype=None) -> dict[str, NamedSharding]:
-  """Flat {"a/b/c": NamedSharding} for every parameter of `config`."""
-  abstract = qwen3.abstract_params(config) if dtype is None else qwen3.abstract_params(config,
-                                                                                       dtype)
-  return {path: NamedSharding(mesh, spec_for(path, leaf.shape, mesh))
-          for path, leaf in hf.flatten(abstract).items()}
-
-
 def _param_path(path) -> str:
   # Optimizer moments nest the params' dict under their own tuple/attribute keys.
   return "/".join(str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey))
@@ -187,7 +153,7 @@ def mesh_of(tree) -> Mesh | None:
 
 
 def shard_params(params, mesh: Mesh):
-  """Places a params tree on `mesh` by the rules above."""
-  return hf.unflatten({
+  """Places a params tree on `mesh` by the parameter table's rule."""
+  return unflatten({
       path: jax.device_put(x, NamedSharding(mesh, spec_for(path, x.shape, mesh)))
-      for path, x in hf.flatten(params).items()})
+      for path, x in flatten(params).items()})

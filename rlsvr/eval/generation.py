@@ -16,6 +16,8 @@ import json
 import pathlib
 from typing import Any, NamedTuple, Sequence
 
+from rlsvr import seeding
+
 
 class Prompt(NamedTuple):
   """A user message `before + body + after`; only `body` is shortened to fit."""
@@ -66,6 +68,7 @@ class Generator:
                name: str = ""):
     from rlsvr.model.tokenizer import stop_ids  # noqa: PLC0415
     from rlsvr.sampling import Buckets, Sampler  # noqa: PLC0415
+    from rlsvr.sampling.layout import length_buckets  # noqa: PLC0415
 
     self.params = params
     self.tokenizer = tokenizer
@@ -75,23 +78,21 @@ class Generator:
     self.name = name
     # Few compiled shapes: every batch is padded to batch_size, every prompt to >= 256 tokens.
     # Evaluation prompts are mostly that long anyway, and a compile costs more than the padding.
-    pow2 = [2**i for i in range(21)]
-    buckets = Buckets(batch=tuple(b for b in pow2 if b >= batch_size),
-                      prompt=tuple(b for b in pow2 if b >= min(256, max_prompt_tokens)))
+    buckets = Buckets(batch=tuple(b for b in Buckets().batch if b >= batch_size),
+                      prompt=length_buckets(min(256, max_prompt_tokens)))
     self.sampler = Sampler(model_config, eos_ids=stop_ids(model_config, tokenizer),
                            tokenizer=tokenizer, buckets=buckets)
 
-  def _template(self, text: str) -> list[int]:
-    out = self.tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], tokenize=True, add_generation_prompt=True,
-        return_dict=False, **self.chat_template_kwargs)
-    return [int(t) for t in out]
-
   def encode(self, prompt: str | Prompt) -> list[int]:
     """Prompt ids; a `Prompt` body is cut (from its end) until the whole fits."""
+    from rlsvr.model.tokenizer import encode_chat  # noqa: PLC0415
+
+    def chat(text: str) -> list[int]:
+      return encode_chat(self.tokenizer, text, chat_template_kwargs=self.chat_template_kwargs)
+
     if isinstance(prompt, str):
       prompt = Prompt(prompt, "")
-    ids = self._template(prompt.before + prompt.body + prompt.after)
+    ids = chat(prompt.before + prompt.body + prompt.after)
     excess = len(ids) - self.max_prompt_tokens
     if excess <= 0:
       return ids
@@ -101,7 +102,7 @@ class Generator:
       keep -= excess + 8
       if keep <= 0:
         break
-      ids = self._template(prompt.before + self.tokenizer.decode(body_ids[:keep]) + prompt.after)
+      ids = chat(prompt.before + self.tokenizer.decode(body_ids[:keep]) + prompt.after)
       excess = len(ids) - self.max_prompt_tokens
       if excess <= 0:
         return ids
@@ -116,7 +117,7 @@ class Generator:
     for start in range(0, len(encoded), self.batch_size):
       completions = self.sampler(self.params, encoded[start:start + self.batch_size],
                                  max_new_tokens=max_new_tokens, temperature=temperature,
-                                 top_p=top_p, seed=(seed * 1_000_003 + start) % 2**31)
+                                 top_p=top_p, seed=seeding.derive(seed, "eval", start))
       texts += [self.tokenizer.decode(list(c.ids), skip_special_tokens=True)
                 for c in completions]
     return texts

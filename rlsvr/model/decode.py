@@ -6,8 +6,9 @@
   decode_step(config, params, tokens_Bx1, positions_Bx1, prefix_mask_UxP, cache, step,
               layers=None) -> (hidden_Bx1xD, cache)
 
-Same math as `qwen3.forward` with T == 1, structured for decode loops, where a
-step is dominated by moving weights and cache around:
+The layer math is `qwen3.layer`'s, as in `qwen3.forward` with T == 1; this module
+lays it out for decode loops, where a step is dominated by moving weights and
+cache around:
 
 - The prompt's keys and values (the prefix, P slots) are kept once per distinct
   prompt: U prompts, each continued by R = B / U consecutive rows (the samples
@@ -49,6 +50,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rlsvr.model import params as params_lib
 from rlsvr.model import qwen3
 from rlsvr.model.config import ModelConfig
 
@@ -115,30 +117,20 @@ def from_stacked(prefill: qwen3.KVCache, new_len: int, batch: int) -> KVCache:
 
 def unstack_layers(params: qwen3.Params) -> Layers:
   """Each layer's weights as separate arrays laid out for `decode_step` (a copy, once
-  per decode call, outside its loop): matrices output-major ([out, in]), norm scales
-  and biases as [n, 1] columns that broadcast over the batch axis.
+  per decode call, outside its loop), in `qwen3.layer`'s features-first layout:
+  matrices out-major ([out..., in...]), norm scales and biases with a trailing axis
+  of 1 that broadcasts over the batch.
   """
-  stacked = params["layers"]
-  attn, mlp = stacked["attn"], stacked["mlp"]
+  def relayout(path, w):
+    n_in = params_lib.BY_PATH["layers/" + path].n_in
+    if n_in is None:
+      return w[..., None]
+    return jnp.moveaxis(w, tuple(range(1, 1 + n_in)), tuple(range(w.ndim - n_in, w.ndim)))
 
-  def out_major(w, n_in: int = 1):  # [L, in..., out...] -> [L, out, in]
-    return jnp.swapaxes(w.reshape(w.shape[0], math.prod(w.shape[1:1 + n_in]), -1), 1, 2)
-
-  def column(v):  # [L, n...] -> [L, n, 1]
-    return v.reshape(v.shape[0], -1, 1)
-
-  arrays = {"input_norm": column(stacked["input_norm"]["scale"]),
-            "post_attn_norm": column(stacked["post_attn_norm"]["scale"]),
-            "q": out_major(attn["q_proj"]), "k": out_major(attn["k_proj"]),
-            "v": out_major(attn["v_proj"]), "o": out_major(attn["o_proj"], 2),
-            "gate": out_major(mlp["gate_proj"]), "up": out_major(mlp["up_proj"]),
-            "down": out_major(mlp["down_proj"])}
-  for name in ("q_norm", "k_norm"):
-    if name in attn:
-      arrays[name] = column(attn[name]["scale"])
-  for part in (attn, mlp):
-    arrays.update({name: column(v) for name, v in part.items() if name.endswith("_bias")})
-  return tuple({name: v[i] for name, v in arrays.items()} for i in range(len(arrays["q"])))
+  flat = {path: relayout(path, w) for path, w in params_lib.flatten(params["layers"]).items()}
+  num_layers = len(flat["input_norm/scale"])
+  return tuple(params_lib.unflatten({path: w[i] for path, w in flat.items()})
+               for i in range(num_layers))
 
 
 def _write(chunk, new, start: int, axis: int, step):
@@ -192,29 +184,14 @@ def _attend_prefix(q_BxKxGxDh, k_UxKxDhxP, v_UxKxPxDh, mask_UxP, scale):
   return tuple(rows_first(x) for x in parts)
 
 
-def _linear(w_OxN, x_NxB, bias_Ox1=None):
-  y_OxB = w_OxN @ x_NxB
-  return y_OxB if bias_Ox1 is None else y_OxB + bias_Ox1
-
-
-def _attention(cfg: ModelConfig, w, x_DxB, sin_DhxB, cos_DhxB, prefix, prefix_mask_UxP, ks,
-               vs, step):
-  """(y_DxB, ks, vs): writes this token's K/V at generated slot `step`, then attends over
-  the prompt prefix and the generated chunks."""
-  h, kv, dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-  b = x_DxB.shape[1]
-  q_HxDhxB = _linear(w["q"], x_DxB, w.get("q_bias")).reshape(h, dh, b)
-  k_KxDhxB = _linear(w["k"], x_DxB, w.get("k_bias")).reshape(kv, dh, b)
-  v_KxDhxB = _linear(w["v"], x_DxB, w.get("v_bias")).reshape(kv, dh, b)
-  if cfg.qk_norm:
-    q_HxDhxB = qwen3.rms_norm(q_HxDhxB, w["q_norm"], cfg.rms_norm_eps, axis=1)
-    k_KxDhxB = qwen3.rms_norm(k_KxDhxB, w["k_norm"], cfg.rms_norm_eps, axis=1)
-  q_HxDhxB, k_KxDhxB = (qwen3.rotate(q_HxDhxB, sin_DhxB, cos_DhxB, axis=1),
-                        qwen3.rotate(k_KxDhxB, sin_DhxB, cos_DhxB, axis=1))
-  q_BxKxGxDh = q_HxDhxB.reshape(kv, cfg.num_groups, dh, b).transpose(3, 0, 1, 2)
+def _attention(q_HxDhxB, k_KxDhxB, v_KxDhxB, prefix, prefix_mask_UxP, ks, vs, step):
+  """(out_HxDhxB, (ks, vs)): writes this token's K/V at generated slot `step`, then
+  attends over the prompt prefix and the generated chunks."""
+  kv, dh, b = k_KxDhxB.shape
+  q_BxKxGxDh = q_HxDhxB.reshape(kv, -1, dh, b).transpose(3, 0, 1, 2)
   k_new_BxKxDhx1 = k_KxDhxB.transpose(2, 0, 1)[..., None]
   v_new_BxKx1xDh = v_KxDhxB.transpose(2, 0, 1)[:, :, None, :]
-  scale = 1 / math.sqrt(cfg.head_dim)
+  scale = 1 / math.sqrt(dh)
   parts = [_attend_prefix(q_BxKxGxDh, *prefix, prefix_mask_UxP, scale)] if prefix else []
   new_ks, new_vs, start = [], [], 0
   for k_c, v_c in zip(ks, vs):
@@ -235,14 +212,9 @@ def _attention(cfg: ModelConfig, w, x_DxB, sin_DhxB, cos_DhxB, prefix, prefix_ma
   denom_BxKxG = sum(w * s for w, (_, s, _) in zip(weights, parts))
   out_BxKxGxDh = sum(w[..., None] * o for w, (_, _, o) in zip(weights, parts))
   out_BxKxGxDh = out_BxKxGxDh / denom_BxKxG[..., None]
-  out_HDhxB = out_BxKxGxDh.astype(x_DxB.dtype).reshape(b, h * dh).T
-  return _linear(w["o"], out_HDhxB, w.get("o_bias")), tuple(new_ks), tuple(new_vs)
-
-
-def _mlp(w, x_DxB):
-  gate_FxB = _linear(w["gate"], x_DxB, w.get("gate_bias"))
-  up_FxB = _linear(w["up"], x_DxB, w.get("up_bias"))
-  return _linear(w["down"], jax.nn.silu(gate_FxB) * up_FxB, w.get("down_bias"))
+  # Through a 2-D transpose, which the o_proj matmul reads in place (a 3-D one is copied).
+  out_HxDhxB = out_BxKxGxDh.reshape(b, -1).T.reshape(-1, dh, b)
+  return out_HxDhxB, (tuple(new_ks), tuple(new_vs))
 
 
 def decode_step(config: ModelConfig, params: qwen3.Params, tokens_Bx1, positions_Bx1,
@@ -254,19 +226,17 @@ def decode_step(config: ModelConfig, params: qwen3.Params, tokens_Bx1, positions
   0..step. In a loop, pass `layers=unstack_layers(params)` computed before the
   loop; `params["layers"]` is then not read.
   """
-  model = qwen3.module(config, params)
   layers = unstack_layers(params) if layers is None else layers
-  x_DxB = jnp.take(model.embed[...], tokens_Bx1[:, 0], axis=0).T
+  x_DxB = jnp.take(params["embed"], tokens_Bx1[:, 0], axis=0).T
   sin_Bx1xDh, cos_Bx1xDh = qwen3.rope_tables(config, positions_Bx1)
   sin_DhxB, cos_DhxB = sin_Bx1xDh[:, 0].T, cos_Bx1xDh[:, 0].T
   ks, vs = list(cache.k_BxKxDhxC), list(cache.v_BxKxCxDh)
   prefixes = list(zip(cache.prefix_k_UxKxDhxP, cache.prefix_v_UxKxPxDh)) or [()] * len(layers)
-  eps = config.rms_norm_eps
   for i, w in enumerate(layers):
-    h_DxB, ks[i], vs[i] = _attention(config, w, qwen3.rms_norm(x_DxB, w["input_norm"], eps, 0),
-                                     sin_DhxB, cos_DhxB, prefixes[i], prefix_mask_UxP, ks[i],
-                                     vs[i], step)
-    x_DxB = x_DxB + h_DxB
-    x_DxB = x_DxB + _mlp(w, qwen3.rms_norm(x_DxB, w["post_attn_norm"], eps, 0))
-  hidden_Bx1xD = model.final_norm(x_DxB.T[:, None, :])
+    attend = functools.partial(_attention, prefix=prefixes[i],
+                               prefix_mask_UxP=prefix_mask_UxP, ks=ks[i], vs=vs[i], step=step)
+    x_DxB, (ks[i], vs[i]) = qwen3.layer(config, w, x_DxB, sin_DhxB, cos_DhxB, attend,
+                                        features_last=False)
+  hidden_Bx1xD = qwen3.rms_norm(x_DxB.T[:, None, :], params["final_norm"]["scale"],
+                                config.rms_norm_eps)
   return hidden_Bx1xD, cache._replace(k_BxKxDhxC=tuple(ks), v_BxKxCxDh=tuple(vs))

@@ -1,9 +1,10 @@
-"""Hugging Face weights <-> our params, through one key-mapping table.
+"""Hugging Face weights <-> our params: safetensors load and save.
 
 `load_pretrained` reads an HF directory (config.json and one or many
 safetensors files with `model.safetensors.index.json`); `save_pretrained`
 writes one that `transformers.AutoModelForCausalLM.from_pretrained` loads with
-identical logits. Both directions read `_GLOBAL_KEYS` / `_LAYER_KEYS`.
+identical logits. Both directions read the names and layouts of
+`rlsvr.model.params.TABLE`.
 
 Safetensors files are memory-mapped and each parameter is assembled by
 `jax.make_array_from_callback` from only the slices its device shards need, so
@@ -24,40 +25,18 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from rlsvr.model import qwen3
+from rlsvr.model import params as params_lib
+from rlsvr.model.params import flatten, unflatten
 from rlsvr.model.config import ModelConfig
 
-# Our path -> (HF name, n_in). HF Linear weights are [out, in]; ours are
-# [in..., out...] with the first `n_in` axes forming HF's `in`. n_in=None means
-# the values are the same, only reshaped (embeddings, norms, biases).
-_GLOBAL_KEYS = {
-    "embed": ("model.embed_tokens.weight", None),
-    "final_norm/scale": ("model.norm.weight", None),
-    "lm_head": ("lm_head.weight", 1),
-}
-# Per-layer HF names are "model.layers.{i}." + name; ours stack layers on axis 0.
-_LAYER_KEYS = {
-    "layers/input_norm/scale": ("input_layernorm.weight", None),
-    "layers/post_attn_norm/scale": ("post_attention_layernorm.weight", None),
-    "layers/attn/q_proj": ("self_attn.q_proj.weight", 1),
-    "layers/attn/k_proj": ("self_attn.k_proj.weight", 1),
-    "layers/attn/v_proj": ("self_attn.v_proj.weight", 1),
-    "layers/attn/o_proj": ("self_attn.o_proj.weight", 2),
-    "layers/attn/q_bias": ("self_attn.q_proj.bias", None),
-    "layers/attn/k_bias": ("self_attn.k_proj.bias", None),
-    "layers/attn/v_bias": ("self_attn.v_proj.bias", None),
-    "layers/attn/o_bias": ("self_attn.o_proj.bias", None),
-    "layers/attn/q_norm/scale": ("self_attn.q_norm.weight", None),
-    "layers/attn/k_norm/scale": ("self_attn.k_norm.weight", None),
-    "layers/mlp/gate_proj": ("mlp.gate_proj.weight", 1),
-    "layers/mlp/up_proj": ("mlp.up_proj.weight", 1),
-    "layers/mlp/down_proj": ("mlp.down_proj.weight", 1),
-    "layers/mlp/gate_bias": ("mlp.gate_proj.bias", None),
-    "layers/mlp/up_bias": ("mlp.up_proj.bias", None),
-    "layers/mlp/down_bias": ("mlp.down_proj.bias", None),
-}
 # HF names that carry no weights of ours (buffers some exporters save).
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def _hf_names(param: params_lib.Param, config: ModelConfig) -> list[str]:
+  if param.per_layer:
+    return [f"model.layers.{i}.{param.hf}" for i in range(config.num_layers)]
+  return [param.hf]
 
 
 def _to_ours(w: np.ndarray, n_in: int | None, shape: tuple[int, ...]) -> np.ndarray:
@@ -160,33 +139,29 @@ def params_from_tensors(config: ModelConfig, tensors: Mapping[str, np.ndarray], 
   `shardings` maps our "a/b/c" paths to shardings (default: the first device).
   Each device receives only its slice, read straight from `tensors`.
   """
-  abstract = qwen3.abstract_params(config, dtype)
-  flat_paths = flatten(abstract)
+  dtype = np.dtype(dtype)
   names = set(tensors)
   used: set[str] = set()
   out: dict[str, jax.Array] = {}
-  for path, leaf in flat_paths.items():
-    shape = leaf.shape
+  for path, param in params_lib.present(config).items():
+    shape = params_lib.shape_of(param, config)
     sharding = (shardings or {}).get(path) or jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    if path in _GLOBAL_KEYS:
-      name, n_in = _GLOBAL_KEYS[path]
-      hf_names = [name]
-      read = lambda idx, name=name, n_in=n_in: _to_ours(np.asarray(tensors[name]), n_in, shape)[idx]
-    else:
-      suffix, n_in = _LAYER_KEYS[path]
-      hf_names = [f"model.layers.{i}.{suffix}" for i in range(config.num_layers)]
-
-      def read(idx, hf_names=hf_names, n_in=n_in):
+    hf_names = _hf_names(param, config)
+    if param.per_layer:
+      def read(idx, hf_names=hf_names, n_in=param.n_in, shape=shape):
         layers = range(config.num_layers)[idx[0]]
         return np.stack([_to_ours(np.asarray(tensors[hf_names[i]]), n_in, shape[1:])[idx[1:]]
                          for i in layers])
+    else:
+      def read(idx, name=param.hf, n_in=param.n_in, shape=shape):
+        return _to_ours(np.asarray(tensors[name]), n_in, shape)[idx]
     missing = [n for n in hf_names if n not in names]
     if missing:
       raise KeyError(f"checkpoint lacks {missing[:3]}{'...' if len(missing) > 3 else ''} "
                      f"needed for {path} ({config.model_type})")
     used.update(hf_names)
     out[path] = jax.make_array_from_callback(
-        shape, sharding, lambda idx, read=read: read(idx).astype(leaf.dtype))
+        shape, sharding, lambda idx, read=read: read(idx).astype(dtype))
   unexpected = sorted(n for n in names - used
                       if not n.endswith(_IGNORED_SUFFIXES)
                       and not (n == "lm_head.weight" and config.tie_word_embeddings))
@@ -196,36 +171,15 @@ def params_from_tensors(config: ModelConfig, tensors: Mapping[str, np.ndarray], 
   return unflatten(out)
 
 
-def flatten(tree) -> dict[str, Any]:
-  """{"layers/attn/q_proj": leaf, ...}: the "a/b/c" paths the key table and the
-  partition rules use."""
-  return {"/".join(str(k.key) for k in path): leaf
-          for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
-def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-  tree: dict[str, Any] = {}
-  for path, value in flat.items():
-    node = tree
-    *parents, last = path.split("/")
-    for p in parents:
-      node = node.setdefault(p, {})
-    node[last] = value
-  return tree
-
-
 def load_pretrained(path: str | os.PathLike, dtype=jnp.float32, mesh=None):
   """Reads an HF Qwen3 / Qwen2 / Llama directory. Returns (config, params).
 
-  With a `mesh`, each parameter is placed on it with the partition rules of
-  `rlsvr.parallel`, every device reading only its shard.
+  With a `mesh`, each parameter is placed on it by `rlsvr.model.params.spec_for`,
+  every device reading only its shard.
   """
   path = pathlib.Path(path)
   config = ModelConfig.from_hf_dir(path)
-  shardings = None
-  if mesh is not None:
-    from rlsvr import parallel  # Local import: parallel depends on this module's users.
-    shardings = parallel.param_shardings(config, mesh, dtype)
+  shardings = params_lib.param_shardings(config, mesh) if mesh is not None else None
   reader = SafetensorsReader(safetensors_files(path))
   return config, params_from_tensors(config, reader, dtype, shardings)
 
@@ -241,20 +195,20 @@ def hf_tensors(config: ModelConfig, params, dtype=None) -> Iterator[tuple[str, n
     x = np.asarray(jax.device_get(x))
     return x.astype(dtype) if dtype is not None else x
 
-  yield "model.embed_tokens.weight", host(flat["embed"])
+  present = params_lib.present(config)
+  for path, param in present.items():
+    if not param.per_layer:
+      yield param.hf, _hf_layout(host(flat[path]), param)
   for i in range(config.num_layers):
-    for path, (suffix, n_in) in _LAYER_KEYS.items():
-      if path in flat:
-        yield f"model.layers.{i}.{suffix}", _hf_layout(host(flat[path][i]), n_in)
-  yield "model.norm.weight", host(flat["final_norm/scale"])
-  if not config.tie_word_embeddings:
-    yield "lm_head.weight", _hf_layout(host(flat["lm_head"]), 1)
+    for path, param in present.items():
+      if param.per_layer:
+        yield f"model.layers.{i}.{param.hf}", _hf_layout(host(flat[path][i]), param)
 
 
-def _hf_layout(w: np.ndarray, n_in: int | None) -> np.ndarray:
-  if n_in is None:
-    return w.reshape(-1)
-  return np.ascontiguousarray(w.reshape(math.prod(w.shape[:n_in]), -1).T)
+def _hf_layout(w: np.ndarray, param: params_lib.Param) -> np.ndarray:
+  if param.n_in is None:  # HF keeps the embedding table 2-D and every norm scale and bias 1-D.
+    return w if param.path == "embed" else w.reshape(-1)
+  return np.ascontiguousarray(w.reshape(math.prod(w.shape[:param.n_in]), -1).T)
 
 
 def save_pretrained(path: str | os.PathLike, config: ModelConfig, params, tokenizer=None, *,

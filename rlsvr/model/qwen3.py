@@ -1,16 +1,17 @@
-"""Qwen3 (and Llama / Qwen2) decoder in Flax NNX, with a KV-cache forward.
+"""Qwen3 (and Llama / Qwen2) decoder: pure functions over a params pytree, with a KV cache.
 
-The modules define the math; the public entry points are pure functions over
-a params pytree (a nested dict of arrays), so weights are always arguments of
-jitted functions and never constants baked into a compiled program:
+The params are a nested dict of arrays named by `rlsvr.model.params.TABLE`, so
+weights are always arguments of jitted functions and never constants baked into
+a compiled program:
 
   apply(config, params, tokens_BxT, attention_mask_BxT) -> logits_BxTxV
   forward(config, params, tokens_BxT, positions_BxT, kv_mask_BxS, cache, cache_index)
       -> (hidden_BxTxD, cache)            # prefill (and any chunk) with a cache
   unembed(config, params, hidden_BxTxD) -> logits (float32)
+  layer(config, w, x, sin, cos, attend, features_last) -> (x, carry)
 
-The one-token step of decode loops lives in `rlsvr.model.decode` (same math,
-laid out differently for speed).
+`layer` is the math of one decoder layer, for `forward` and for the one-token
+step of decode loops (`rlsvr.model.decode`, laid out differently for speed).
 
 Layers are stacked along a leading axis and run under `lax.scan`, so compile
 time does not grow with depth. Attention keeps GQA KV heads un-repeated: queries
@@ -22,15 +23,14 @@ L layers.
 """
 from __future__ import annotations
 
-import functools
 import math
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from rlsvr.model import attention
+from rlsvr.model import params as params_lib
 from rlsvr.model.config import ModelConfig
 
 Params = dict[str, Any]
@@ -61,27 +61,12 @@ def init_cache(config: ModelConfig, batch: int, max_len: int, dtype=jnp.float32)
 # ----------------------------------------------------------------------------- layers
 
 
-def _normal(rngs: nnx.Rngs, shape, dtype, fan_in: int):
-  return jax.random.normal(rngs.params(), shape, dtype) / math.sqrt(fan_in)
-
-
 def rms_norm(x, scale, eps: float, axis: int = -1):
   """RMSNorm as HF computes it: normalise over `axis` in fp32, cast back, then scale
   (`scale` broadcast against x; the decode step's features come first)."""
   x32 = x.astype(jnp.float32)
   y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=axis, keepdims=True) + eps)
   return scale * y.astype(x.dtype)
-
-
-class RMSNorm(nnx.Module):
-  """`rms_norm` over the last axis, with a learned scale."""
-
-  def __init__(self, dim: int, eps: float, dtype):
-    self.scale = nnx.Param(jnp.ones((dim,), dtype))
-    self.eps = eps
-
-  def __call__(self, x):
-    return rms_norm(x, self.scale[...], self.eps)
 
 
 def rope_inv_freq(config: ModelConfig) -> jax.Array:
@@ -118,187 +103,76 @@ def rotate(x, sin, cos, axis: int = -1):
   return (x32 * cos + rotated * sin).astype(x.dtype)
 
 
-def apply_rope(x_BxTxNxDh, sin_BxTxDh, cos_BxTxDh):
-  return rotate(x_BxTxNxDh, sin_BxTxDh[:, :, None, :], cos_BxTxDh[:, :, None, :])
+def layer(config: ModelConfig, w: Params, x, sin, cos, attend: Callable, *,
+          features_last: bool = True):
+  """One pre-norm decoder layer: x + attention(norm(x)), then + mlp(norm(x)); (x, carry).
 
+  The math of both `forward` and the decode step, in either layout of the activations
+  and of `w` (one layer's weights under the table's "layers/" paths):
 
-class Attention(nnx.Module):
-  """Grouped-query attention with optional QK-norm and biases."""
+    features_last  x_BxTxD, q_BxTxHxDh; weights as stored, [in..., out...]
+    features first x_DxB, q_HxDhxB; matrices out-major, [out..., in...], and vectors
+                   with a trailing batch axis of 1 (`decode.unstack_layers`)
 
-  def __init__(self, config: ModelConfig, dtype, rngs: nnx.Rngs):
-    d, h, k, dh = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
-    self.config = config
-    self.q_proj = nnx.Param(_normal(rngs, (d, h, dh), dtype, d))
-    self.k_proj = nnx.Param(_normal(rngs, (d, k, dh), dtype, d))
-    self.v_proj = nnx.Param(_normal(rngs, (d, k, dh), dtype, d))
-    self.o_proj = nnx.Param(_normal(rngs, (h, dh, d), dtype, h * dh))
-    if config.qkv_bias:
-      self.q_bias = nnx.Param(jnp.zeros((h, dh), dtype))
-      self.k_bias = nnx.Param(jnp.zeros((k, dh), dtype))
-      self.v_bias = nnx.Param(jnp.zeros((k, dh), dtype))
-    if config.o_bias:
-      self.o_bias = nnx.Param(jnp.zeros((d,), dtype))
-    if config.qk_norm:
-      self.q_norm = RMSNorm(dh, config.rms_norm_eps, dtype)
-      self.k_norm = RMSNorm(dh, config.rms_norm_eps, dtype)
+  `sin`/`cos` broadcast against q and k along their head_dim axis. `attend(q, k, v)
+  -> (out like q, carry)` attends over whatever cache the caller keeps.
+  """
+  axis = -1 if features_last else -2
+  attn, mlp = w["attn"], w["mlp"]
 
-  def qkv(self, x_BxTxD, sin, cos):
-    """Projected queries, keys and values, with biases, QK-norm and RoPE applied."""
-    cfg = self.config
-    q_BxTxHxDh = jnp.einsum("btd,dhk->bthk", x_BxTxD, self.q_proj[...])
-    k_BxTxKxDh = jnp.einsum("btd,dhk->bthk", x_BxTxD, self.k_proj[...])
-    v_BxTxKxDh = jnp.einsum("btd,dhk->bthk", x_BxTxD, self.v_proj[...])
-    if cfg.qkv_bias:
-      q_BxTxHxDh += self.q_bias[...]
-      k_BxTxKxDh += self.k_bias[...]
-      v_BxTxKxDh += self.v_bias[...]
-    if cfg.qk_norm:
-      q_BxTxHxDh = self.q_norm(q_BxTxHxDh)
-      k_BxTxKxDh = self.k_norm(k_BxTxKxDh)
-    return apply_rope(q_BxTxHxDh, sin, cos), apply_rope(k_BxTxKxDh, sin, cos), v_BxTxKxDh
+  def dense(x, part, name: str, n_in: int = 1):
+    kernel = part[f"{name}_proj"]
+    y = jnp.tensordot(x, kernel, n_in) if features_last else jnp.tensordot(kernel, x, n_in)
+    bias = part.get(f"{name}_bias")
+    return y if bias is None else y + bias
 
-  def output(self, out_BxTxHxDh, dtype):
-    y_BxTxD = jnp.einsum("bthk,hkd->btd", out_BxTxHxDh.astype(dtype), self.o_proj[...])
-    if self.config.o_bias:
-      y_BxTxD += self.o_bias[...]
-    return y_BxTxD
+  def norm(x, part):
+    return rms_norm(x, part["scale"], config.rms_norm_eps, axis)
 
-  def __call__(self, x_BxTxD, sin, cos, kv_valid_BxS, cache: KVCache | None, layer, cache_index):
-    """Returns (y_BxTxD, cache); with a cache, writes this chunk's K/V of `layer` first."""
-    q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh = self.qkv(x_BxTxD, sin, cos)
-
-    k_new_BxKxDhxT = k_BxTxKxDh.transpose(0, 2, 3, 1)
-    v_new_BxKxTxDh = v_BxTxKxDh.transpose(0, 2, 1, 3)
-    if cache is None:  # Plain forward: the keys are this chunk.
-      k_BxKxDhxS, v_BxKxSxDh = k_new_BxKxDhxT, v_new_BxKxTxDh
-    else:
-      # Write only the T new slots of this layer, in place, then read the layer back.
-      k_all, v_all = cache
-      k_all = jax.lax.dynamic_update_slice(
-          k_all, k_new_BxKxDhxT[None].astype(k_all.dtype), (layer, 0, 0, 0, cache_index))
-      v_all = jax.lax.dynamic_update_slice(
-          v_all, v_new_BxKxTxDh[None].astype(v_all.dtype), (layer, 0, 0, cache_index, 0))
-      cache = KVCache(k_all, v_all)
-      k_BxKxDhxS, v_BxKxSxDh = k_all[layer], v_all[layer]
-
-    out_BxTxHxDh = attention.attend(q_BxTxHxDh, k_BxKxDhxS, v_BxKxSxDh, kv_valid_BxS,
-                                   cache_index + jnp.arange(x_BxTxD.shape[1]))
-    return self.output(out_BxTxHxDh, x_BxTxD.dtype), cache
-
-
-class MLP(nnx.Module):
-  """SwiGLU: down(silu(gate(x)) * up(x))."""
-
-  def __init__(self, config: ModelConfig, dtype, rngs: nnx.Rngs):
-    d, f = config.hidden_size, config.intermediate_size
-    self.mlp_bias = config.mlp_bias
-    self.gate_proj = nnx.Param(_normal(rngs, (d, f), dtype, d))
-    self.up_proj = nnx.Param(_normal(rngs, (d, f), dtype, d))
-    self.down_proj = nnx.Param(_normal(rngs, (f, d), dtype, f))
-    if config.mlp_bias:
-      self.gate_bias = nnx.Param(jnp.zeros((f,), dtype))
-      self.up_bias = nnx.Param(jnp.zeros((f,), dtype))
-      self.down_bias = nnx.Param(jnp.zeros((d,), dtype))
-
-  def __call__(self, x_BxTxD):
-    gate_BxTxF = x_BxTxD @ self.gate_proj[...]
-    up_BxTxF = x_BxTxD @ self.up_proj[...]
-    if self.mlp_bias:
-      gate_BxTxF += self.gate_bias[...]
-      up_BxTxF += self.up_bias[...]
-    y_BxTxD = (jax.nn.silu(gate_BxTxF) * up_BxTxF) @ self.down_proj[...]
-    if self.mlp_bias:
-      y_BxTxD += self.down_bias[...]
-    return y_BxTxD
-
-
-class Block(nnx.Module):
-  """Pre-norm decoder layer."""
-
-  def __init__(self, config: ModelConfig, dtype, rngs: nnx.Rngs):
-    self.input_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
-    self.attn = Attention(config, dtype, rngs)
-    self.post_attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
-    self.mlp = MLP(config, dtype, rngs)
-
-  def __call__(self, x_BxTxD, sin, cos, kv_valid_BxS, cache, layer, cache_index):
-    h_BxTxD, cache = self.attn(self.input_norm(x_BxTxD), sin, cos, kv_valid_BxS, cache, layer,
-                               cache_index)
-    x_BxTxD = x_BxTxD + h_BxTxD
-    x_BxTxD = x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD))
-    return x_BxTxD, cache
-
-
-class Decoder(nnx.Module):
-  """Token embedding, a stack of `Block`s (leading layer axis), final norm, LM head."""
-
-  def __init__(self, config: ModelConfig, *, dtype=jnp.float32, rngs: nnx.Rngs):
-    self.config = config
-    d, v = config.hidden_size, config.vocab_size
-    self.embed = nnx.Param(jax.random.normal(rngs.params(), (v, d), dtype) * 0.02)
-
-    @nnx.split_rngs(splits=config.num_layers)
-    @nnx.vmap(in_axes=(0,), out_axes=0)
-    def make_layers(rngs):
-      return Block(config, dtype, rngs)
-
-    self.layers = make_layers(rngs)
-    self.final_norm = RMSNorm(d, config.rms_norm_eps, dtype)
-    if not config.tie_word_embeddings:
-      self.lm_head = nnx.Param(_normal(rngs, (d, v), dtype, d))
-
-  def __call__(self, tokens_BxT, positions_BxT, kv_valid_BxS, cache: KVCache | None,
-               cache_index, remat: bool = False):
-    x_BxTxD = jnp.take(self.embed[...], tokens_BxT, axis=0)
-    sin, cos = rope_tables(self.config, positions_BxT)
-    layer_def, layer_state = nnx.split(self.layers)
-
-    # The cache rides in the scan carry so that each layer's in-place write of its
-    # new slots stays in place; scanning it as xs/ys would copy it every call.
-    def body(carry, xs):
-      x, cache = carry
-      state_l, layer = xs
-      x, cache = nnx.merge(layer_def, state_l)(x, sin, cos, kv_valid_BxS, cache, layer,
-                                               cache_index)
-      return (x, cache), None
-
-    if remat:
-      # Keep only each layer's input for the backward pass and recompute the rest:
-      # activation memory then grows with layers x B x T x D, not with the attention
-      # scores and MLP hidden units of every layer.
-      body = jax.checkpoint(body, prevent_cse=False)
-    layer_ids = jnp.arange(self.config.num_layers)
-    (x_BxTxD, cache), _ = jax.lax.scan(body, (x_BxTxD, cache), (layer_state, layer_ids))
-    return self.final_norm(x_BxTxD), cache
-
-  def unembed(self, h_BxTxD):
-    kernel_DxV = self.embed[...].T if self.config.tie_word_embeddings else self.lm_head[...]
-    return jnp.einsum("btd,dv->btv", h_BxTxD, kernel_DxV, preferred_element_type=jnp.float32)
+  h = norm(x, w["input_norm"])
+  q, k, v = dense(h, attn, "q"), dense(h, attn, "k"), dense(h, attn, "v")
+  if config.qk_norm:
+    q, k = norm(q, attn["q_norm"]), norm(k, attn["k_norm"])
+  out, carry = attend(rotate(q, sin, cos, axis), rotate(k, sin, cos, axis), v)
+  x = x + dense(out.astype(x.dtype), attn, "o", n_in=2)  # Contracts heads and head_dim.
+  h = norm(x, w["post_attn_norm"])
+  return x + dense(jax.nn.silu(dense(h, mlp, "gate")) * dense(h, mlp, "up"), mlp, "down"), carry
 
 
 # --------------------------------------------------------------------- functional API
 
 
-@functools.lru_cache(maxsize=None)
-def _graphdef(config: ModelConfig) -> nnx.GraphDef:
-  """The module structure for `config`; no weights are allocated."""
-  graphdef, _ = nnx.split(nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0))))
-  return graphdef
-
-
-def module(config: ModelConfig, params: Params) -> Decoder:
-  return nnx.merge(_graphdef(config), params)
-
-
 def init_params(config: ModelConfig, key: jax.Array, dtype=jnp.float32) -> Params:
-  """Random weights (for tests and benchmarks) as a nested dict of arrays."""
-  model = Decoder(config, dtype=dtype, rngs=nnx.Rngs(params=key))
-  return nnx.state(model, nnx.Param).to_pure_dict()
+  """Random weights (tests, benchmarks, "random:" sources) as a nested dict of arrays:
+  N(0, 1/fan_in) matrices, N(0, 0.02^2) embeddings, zero biases, unit norm scales.
+
+  Keys: `fold_in(key, 0)` for the embeddings, 2 for the LM head, and the j-th matrix
+  of layer i (table order) `fold_in(split(fold_in(key, 1), L)[i], j)`: the streams of
+  the Flax modules this code replaced, so a seed keeps its weights.
+  """
+  layer_keys = jax.random.split(jax.random.fold_in(key, 1), config.num_layers)
+  flat, matrices = {}, 0  # Layer matrices drawn so far: the next one's key index.
+  for path, p in params_lib.present(config).items():
+    shape = params_lib.shape_of(p, config)
+    if path == "embed":
+      flat[path] = jax.random.normal(jax.random.fold_in(key, 0), shape, dtype) * 0.02
+    elif p.n_in is None:
+      flat[path] = (jnp.ones if path.endswith("scale") else jnp.zeros)(shape, dtype)
+    elif p.per_layer:
+      normal = lambda k, j=matrices, shape=shape: jax.random.normal(jax.random.fold_in(k, j),
+                                                                    shape[1:], dtype)
+      flat[path] = jax.vmap(normal)(layer_keys) / math.sqrt(math.prod(shape[1:1 + p.n_in]))
+      matrices += 1
+    else:  # The LM head.
+      flat[path] = (jax.random.normal(jax.random.fold_in(key, 2), shape, dtype)
+                    / math.sqrt(math.prod(shape[:p.n_in])))
+  return params_lib.unflatten(flat)
 
 
 def abstract_params(config: ModelConfig, dtype=jnp.float32) -> Params:
   """`jax.ShapeDtypeStruct` leaves with the structure of `init_params`."""
-  return jax.eval_shape(lambda: init_params(config, jax.random.key(0), dtype))
+  return params_lib.unflatten({path: jax.ShapeDtypeStruct(params_lib.shape_of(p, config), dtype)
+                               for path, p in params_lib.present(config).items()})
 
 
 def positions_from_mask(attention_mask_BxT):
@@ -317,13 +191,51 @@ def forward(config: ModelConfig, params: Params, tokens_BxT, positions_BxT, kv_m
   Attention runs in query blocks (`attention.attend`): no T x S mask or score
   matrix of the whole chunk is ever materialised. Returns (hidden_BxTxD, cache).
   """
-  return module(config, params)(tokens_BxT, positions_BxT, kv_mask_BxS, cache, cache_index,
-                                 remat)
+  x_BxTxD = jnp.take(params["embed"], tokens_BxT, axis=0)
+  sin_BxTxDh, cos_BxTxDh = rope_tables(config, positions_BxT)
+  query_slot_T = cache_index + jnp.arange(tokens_BxT.shape[1])
+
+  # The cache rides in the scan carry so that each layer's in-place write of its
+  # new slots stays in place; scanning it as xs/ys would copy it every call.
+  def body(carry, xs):
+    x_BxTxD, cache = carry
+    w, i = xs
+
+    def attend(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh):
+      k_new_BxKxDhxT = k_BxTxKxDh.transpose(0, 2, 3, 1)
+      v_new_BxKxTxDh = v_BxTxKxDh.transpose(0, 2, 1, 3)
+      if cache is None:  # Plain forward: the keys are this chunk.
+        k_BxKxDhxS, v_BxKxSxDh, new_cache = k_new_BxKxDhxT, v_new_BxKxTxDh, None
+      else:
+        # Write only the T new slots of this layer, in place, then read the layer back.
+        k_all, v_all = cache
+        k_all = jax.lax.dynamic_update_slice(
+            k_all, k_new_BxKxDhxT[None].astype(k_all.dtype), (i, 0, 0, 0, cache_index))
+        v_all = jax.lax.dynamic_update_slice(
+            v_all, v_new_BxKxTxDh[None].astype(v_all.dtype), (i, 0, 0, cache_index, 0))
+        new_cache, k_BxKxDhxS, v_BxKxSxDh = KVCache(k_all, v_all), k_all[i], v_all[i]
+      out_BxTxHxDh = attention.attend(q_BxTxHxDh, k_BxKxDhxS, v_BxKxSxDh, kv_mask_BxS,
+                                      query_slot_T)
+      return out_BxTxHxDh, new_cache
+
+    # Broadcast over heads here, inside the layer, where it fuses into the rotation.
+    sin_BxTx1xDh, cos_BxTx1xDh = sin_BxTxDh[:, :, None], cos_BxTxDh[:, :, None]
+    return layer(config, w, x_BxTxD, sin_BxTx1xDh, cos_BxTx1xDh, attend), None
+
+  if remat:
+    # Keep only each layer's input for the backward pass and recompute the rest:
+    # activation memory then grows with layers x B x T x D, not with the attention
+    # scores and MLP hidden units of every layer.
+    body = jax.checkpoint(body, prevent_cse=False)
+  layer_ids = jnp.arange(config.num_layers)
+  (x_BxTxD, cache), _ = jax.lax.scan(body, (x_BxTxD, cache), (params["layers"], layer_ids))
+  return rms_norm(x_BxTxD, params["final_norm"]["scale"], config.rms_norm_eps), cache
 
 
 def unembed(config: ModelConfig, params: Params, hidden_BxTxD):
   """Float32 logits from final-norm hidden states."""
-  return module(config, params).unembed(hidden_BxTxD)
+  kernel_DxV = params["embed"].T if config.tie_word_embeddings else params["lm_head"]
+  return jnp.einsum("btd,dv->btv", hidden_BxTxD, kernel_DxV, preferred_element_type=jnp.float32)
 
 
 def apply(config: ModelConfig, params: Params, tokens_BxT, attention_mask_BxT=None):

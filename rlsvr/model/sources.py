@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from rlsvr.model import assets, hf, qwen3, tokenizer as tokenizers
+from rlsvr.model import params as params_lib
 from rlsvr.model.config import ModelConfig, preset
 
 # A Qwen3 small enough for seconds-long smoke runs, with the real Qwen3 vocabulary.
@@ -79,9 +80,8 @@ def load_model(source: str, *, dtype=jnp.float32, mesh=None, seed: int = 0, toke
     config = where
     params = qwen3.init_params(config, jax.random.key(seed), dtype)
     if mesh is not None:
-      from rlsvr import parallel  # noqa: PLC0415
-
-      params = parallel.shard_params(params, mesh)
+      shardings = params_lib.param_shardings(config, mesh)
+      params = jax.device_put(params, params_lib.unflatten(shardings))
   else:
     config, params = hf.load_pretrained(where, dtype=dtype, mesh=mesh)
   tok = tokenizer_for(source, tokenizer, where)

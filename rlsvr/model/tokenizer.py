@@ -9,7 +9,9 @@ tokens at ids 151643..151668. Its ids equal those of `tiktoken` run on the same
 ranks and pattern, for any NFC text.
 
 The chat template is ours (plain ChatML, see `CHATML_TEMPLATE`), not Qwen's: it
-has no tool calling and never rewrites earlier assistant turns.
+has no tool calling and never rewrites earlier assistant turns. `encode_chat`
+turns a conversation into prompt ids through any tokenizer's template, and
+`stop_ids` gives the ids that end a generation.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+from typing import Any, Mapping, Sequence
 
 import tokenizers
 from tokenizers import decoders, normalizers, pre_tokenizers, processors
@@ -109,6 +112,25 @@ def stop_ids(model_config, tokenizer) -> list[int]:
                      "tokenizer's eos_token_id are both missing; set eos_token_id in the "
                      "model's config.json")
   return sorted(int(i) for i in ids)
+
+
+def encode_chat(tokenizer, messages: str | Sequence[Mapping[str, str]], *,
+                add_generation_prompt: bool = True,
+                chat_template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
+  """Token ids of a conversation through the tokenizer's chat template.
+
+  `messages` is a list of {"role", "content"} dicts, or a string: one user message.
+  `chat_template_kwargs` reach the template, e.g. `{"enable_thinking": False}` for
+  Qwen3's hybrid thinking (`CHATML_TEMPLATE` honours it too).
+  """
+  if isinstance(messages, str):
+    messages = [{"role": "user", "content": messages}]
+  out = tokenizer.apply_chat_template(list(messages), tokenize=True,
+                                      add_generation_prompt=add_generation_prompt,
+                                      **dict(chat_template_kwargs or {}))
+  if isinstance(out, Mapping):  # transformers 5 returns a BatchEncoding by default.
+    out = out["input_ids"]
+  return [int(t) for t in out]
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> transformers.PreTrainedTokenizerBase:

@@ -1,6 +1,7 @@
 """How a sampler call's rows become compiled shapes: buckets, shared prompts, slices.
 
   Buckets.pick(n, options, what) -> padded size
+  length_bucket(n, minimum) -> padded token length (prompts, the train batch)
   layout(rows, per_prompt, share, rows_per_device) -> (R, U, B)
   slice_rows(rows, per_prompt, prompt_len, new_len, ...) -> rows per slice
 
@@ -13,10 +14,20 @@ import dataclasses
 from typing import Callable, Sequence
 
 _POW2 = tuple(2**i for i in range(21))
-# Long prompts (the spy detectors read a whole document and every player's output) in
-# steps of 4096 above 8192, as the train batch (`rl.batch.bucket`): a power of two would
-# pad a 40k-token prompt to 64k, and the KV cache and prefill grow with the padded length.
-_PROMPTS = tuple(b for b in _POW2 if 16 <= b <= 8192) + tuple(range(12288, 2**20 + 1, 4096))
+LONG_STEP = 4096  # Above 2 x LONG_STEP, lengths round up to multiples of this.
+
+
+def length_buckets(minimum: int = 16) -> tuple[int, ...]:
+  """Padded token lengths: powers of two from `minimum` to 2 x LONG_STEP, then multiples
+  of LONG_STEP up to 2**20.
+
+  Long prompts (the spy detectors read a whole document and every player's output) would
+  pad from 40k to 64k tokens at a power of two, and the KV cache and prefill grow with the
+  padded length. The sampler's prompts and the train batch (`length_bucket`) share these,
+  so a prompt the sampler padded to P is padded to P again in the batch.
+  """
+  return (tuple(b for b in _POW2 if minimum <= b <= 2 * LONG_STEP)
+          + tuple(range(3 * LONG_STEP, 2**20 + 1, LONG_STEP)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +35,7 @@ class Buckets:
   """Allowed padded sizes; a size is rounded up to the smallest bucket >= it."""
 
   batch: tuple[int, ...] = _POW2
-  prompt: tuple[int, ...] = _PROMPTS
+  prompt: tuple[int, ...] = length_buckets()
   new_tokens: tuple[int, ...] = tuple(b for b in _POW2 if b >= 16)
 
   @staticmethod
@@ -33,6 +44,11 @@ class Buckets:
       if b >= n:
         return b
     raise ValueError(f"{what}={n} exceeds the largest bucket {max(options)}")
+
+
+def length_bucket(n: int, minimum: int = 16) -> int:
+  """The padded length of `n` tokens: the smallest of `length_buckets(minimum)` >= n."""
+  return Buckets.pick(n, length_buckets(minimum), "length")
 
 
 def layout(rows: int, per_prompt: int, share: bool, rows_per_device: Callable[[int], int],

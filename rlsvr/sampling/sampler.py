@@ -33,7 +33,7 @@ lays the batch over the mesh's data/fsdp axes and the cache's KV heads over
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -265,26 +265,6 @@ class Sampler:
                       max_rows=self.max_rows, max_cache_tokens=self.max_cache_tokens,
                       share=self.share_prompts, buckets=self.buckets,
                       rows_per_device=functools.partial(_rows_per_device, _mesh(params)))
-
-  def continue_conversations(self, params, histories: Sequence[Sequence[int]],
-                             new_turns: Sequence[Sequence[int]], **sampling: Any
-                             ) -> tuple[list[Completion], list[list[int]]]:
-    """Multi-turn helper: samples after `history + new_turn` for each conversation.
-
-    Returns the completions and the extended histories (history + new turn +
-    completion ids), ready for the next turn. Each turn re-prefills the whole
-    conversation; no cache is kept between turns. That costs little after short
-    histories and most of the call after long ones: on a 2-core CPU (tiny Qwen3,
-    batch 8, 128 new tokens) the re-prefill was 55% of the call after a 512-token
-    history and 86% after 2048 (bucketed to 4096 prompt slots). Keeping each
-    conversation's cache between turns would save that, but pins the memory the
-    other game phases need; it is not built.
-    """
-    if len(histories) != len(new_turns):
-      raise ValueError(f"{len(histories)} histories but {len(new_turns)} new turns")
-    prompts = [list(h) + list(t) for h, t in zip(histories, new_turns)]
-    completions = self(params, prompts, **sampling)
-    return completions, [p + list(c.ids) for p, c in zip(prompts, completions)]
 
   def _generate(self, params, layers, prompts, key, max_new_tokens, sampling, eos_ids,
                 stops: StopStrings):

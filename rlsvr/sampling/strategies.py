@@ -1,9 +1,8 @@
-"""Sampling strategies and the next-token math (temperature, top-k, top-p).
+"""The next-token math of sampling: temperature, top-k, top-p.
 
-A strategy is a small frozen dataclass that users pass around (`Greedy()`,
-`TopP(0.9, temperature=0.7)`); inside the compiled decode loop every strategy
-is the same three traced scalars, `SamplingParams(temperature, top_p, top_k)`,
-so switching strategies never recompiles.
+Inside the compiled decode loop every way of sampling is the same three traced
+scalars, `SamplingParams(temperature, top_p, top_k)`, so switching between them
+never recompiles.
 
 The distribution actually sampled from, given float32 logits z:
 
@@ -35,7 +34,6 @@ uniform per row and measured 1.1 ms.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -46,7 +44,7 @@ _BISECT_STEPS = 31  # Non-negative float32 bit patterns span [0, 2**31).
 
 
 class SamplingParams(NamedTuple):
-  """The traced form of every strategy: scalar arrays inside the decode loop."""
+  """Temperature, top-p and top-k as scalar arrays, traced inside the decode loop."""
 
   temperature: jax.Array | float
   top_p: jax.Array | float
@@ -61,50 +59,6 @@ class SamplingParams(NamedTuple):
     if top_k < 0:
       raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
     return cls(jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k))
-
-
-@dataclasses.dataclass(frozen=True)
-class Greedy:
-  """Argmax decoding."""
-
-  def params(self) -> SamplingParams:
-    return SamplingParams.make(temperature=0.0)
-
-
-@dataclasses.dataclass(frozen=True)
-class Ancestral:
-  """Plain sampling from softmax(logits / temperature)."""
-
-  temperature: float = 1.0
-
-  def params(self) -> SamplingParams:
-    return SamplingParams.make(temperature=self.temperature)
-
-
-@dataclasses.dataclass(frozen=True)
-class TopK:
-  """Sampling among the k most likely tokens."""
-
-  k: int
-  temperature: float = 1.0
-
-  def params(self) -> SamplingParams:
-    return SamplingParams.make(temperature=self.temperature, top_k=self.k)
-
-
-@dataclasses.dataclass(frozen=True)
-class TopP:
-  """Nucleus sampling: the smallest set of likeliest tokens with mass >= p."""
-
-  p: float
-  temperature: float = 1.0
-  top_k: int = 0
-
-  def params(self) -> SamplingParams:
-    return SamplingParams.make(temperature=self.temperature, top_p=self.p, top_k=self.top_k)
-
-
-Strategy = Greedy | Ancestral | TopK | TopP
 
 
 def _bisect_threshold(bits_BxV, lo_B, satisfied):

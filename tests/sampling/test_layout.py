@@ -1,7 +1,7 @@
 """Shapes of a sampler call: shared prompts, mesh splits and slices, by hand."""
 import pytest
 
-from rlsvr.sampling.layout import Buckets, layout, slice_rows
+from rlsvr.sampling.layout import Buckets, layout, length_bucket, slice_rows
 
 ONE_DEVICE = lambda rows: rows
 
@@ -46,3 +46,12 @@ def test_buckets_round_up_and_refuse_beyond_the_largest():
   assert Buckets.pick(5, (4, 8, 16), "batch") == 8
   with pytest.raises(ValueError, match="largest bucket"):
     Buckets.pick(17, (4, 8, 16), "batch")
+
+
+def test_length_buckets_are_powers_of_two_then_steps_of_4096():
+  assert [length_bucket(n) for n in (0, 1, 16, 17, 100)] == [16, 16, 16, 32, 128]
+  assert length_bucket(5, minimum=4) == 8
+  # A 40k-token detection prompt pads to 40960, not 65536; the sampler pads prompts alike, so
+  # a prompt it padded to P is padded to P again in the train batch.
+  for n, padded in ((8192, 8192), (8193, 12288), (12288, 12288), (39296, 40960)):
+    assert length_bucket(n) == padded == Buckets.pick(n, Buckets().prompt, "prompt")

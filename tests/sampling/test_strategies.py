@@ -73,18 +73,18 @@ def test_frequencies_match_target_distribution(temperature, top_p, top_k):
 
 def test_greedy_is_argmax_with_model_logprob():
   logits = jax.random.normal(jax.random.key(0), (32, 300)) * 3
-  tokens, logprobs = sample(jax.random.key(1), logits, strategies.Greedy().params())
+  tokens, logprobs = sample(jax.random.key(1), logits, SamplingParams.make(temperature=0.0))
   np.testing.assert_array_equal(tokens, np.argmax(logits, -1))
   np.testing.assert_allclose(logprobs, jax.nn.log_softmax(logits).max(-1), atol=1e-6)
 
 
-@pytest.mark.parametrize("strategy", [
-    strategies.Greedy(), strategies.Ancestral(0.8), strategies.TopK(5, 1.3),
-    strategies.TopP(0.7, temperature=0.9, top_k=20)], ids=repr)
-def test_log_probs_agrees_with_sampled_logprobs(strategy):
+@pytest.mark.parametrize("temperature,top_p,top_k", [
+    (0.0, 1.0, 0), (0.8, 1.0, 0), (1.3, 1.0, 5), (0.9, 0.7, 20)], ids=str)
+def test_log_probs_agrees_with_sampled_logprobs(temperature, top_p, top_k):
   logits = jax.random.normal(jax.random.key(2), (32, 300)) * 3
-  tokens, logprobs = sample(jax.random.key(3), logits, strategy.params())
-  table = np.asarray(jax.jit(strategies.log_probs)(logits, strategy.params()))
+  params = SamplingParams.make(temperature, top_p, top_k)
+  tokens, logprobs = sample(jax.random.key(3), logits, params)
+  table = np.asarray(jax.jit(strategies.log_probs)(logits, params))
   np.testing.assert_allclose(np.take_along_axis(table, np.asarray(tokens)[:, None], -1)[:, 0],
                              logprobs, atol=1e-5)
   np.testing.assert_allclose(np.exp(table).sum(-1), 1.0, atol=1e-5)
@@ -92,10 +92,10 @@ def test_log_probs_agrees_with_sampled_logprobs(strategy):
 
 def test_changing_sampling_values_does_not_retrace():
   logits = jnp.zeros((32, 300))
-  sample(jax.random.key(0), logits, strategies.Greedy().params())
+  sample(jax.random.key(0), logits, SamplingParams.make(temperature=0.0))
   before = sample._cache_size()
-  for s in [strategies.Ancestral(0.5), strategies.TopK(3), strategies.TopP(0.9)]:
-    sample(jax.random.key(0), logits, s.params())
+  for kwargs in [dict(temperature=0.5), dict(top_k=3), dict(top_p=0.9)]:
+    sample(jax.random.key(0), logits, SamplingParams.make(**kwargs))
   assert sample._cache_size() == before
 
 
