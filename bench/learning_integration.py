@@ -2,6 +2,9 @@
 
   python bench/learning_integration.py               # ~3 minutes on 2 CPU cores
   python bench/learning_integration.py --steps 60 --seeds 0,1
+  python bench/learning_integration.py --advantage rloo
+  python bench/learning_integration.py --policy-loss gspo --loss-type grpo \
+      --clip-low 3e-4 --clip-high 4e-4 --updates-per-batch 2
 
 The reward of RLSR's kept-aside verifier, used here as the training reward so
 that the whole path is exercised: `integration.check_answers` (safe parse,
@@ -14,6 +17,8 @@ problems are indefinite, four definite, three of those need the panels
 (2025 oscillations, 2000 jumps, H003). Each step samples 8 problems x 8
 answers with the real sampler, builds the GRPO batch and makes one
 `train_step`, exactly as the trainer does. Chance: reward ~0.11, correct ~0.04.
+The flags after --seeds select the update's registered policy loss, TRL loss
+type, advantage estimator, clip range and updates per batch (GRPOConfig's names).
 Prints the mean reward and accuracy per step, and the first and last five
 steps' means.
 """
@@ -29,10 +34,10 @@ import sympy
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from rlsvr.envs.base import Trajectory  # noqa: E402
 from rlsvr.envs.self_judge import integration, workers  # noqa: E402
 from rlsvr.model.config import ModelConfig  # noqa: E402
 from rlsvr.rl.batch import build_batch  # noqa: E402
+from rlsvr.rl.rollout import Trajectory  # noqa: E402
 from rlsvr.rl.train_step import GRPOConfig, init_train_state, sampling_params, train_step  # noqa: E402
 from rlsvr.sampling import Sampler  # noqa: E402
 
@@ -57,9 +62,8 @@ PROBLEMS = [(2 * x, None), (cos(x), None), (x**2, None), (sympy.exp(x), None),
 GROUP = 8
 
 
-def run(lr: float, steps: int, seed: int, pool: workers.WorkerPool) -> tuple[list, list]:
+def run(cfg: GRPOConfig, steps: int, seed: int, pool: workers.WorkerPool) -> tuple[list, list]:
   problems = [integration.Problem(f, x, b and tuple(map(sympy.sympify, b))) for f, b in PROBLEMS]
-  cfg = GRPOConfig(lr=lr, weight_decay=0.0)
   state = init_train_state(CONFIG, cfg, jax.tree.map(jax.numpy.asarray, init_params(seed)))
   sampler = Sampler(CONFIG, seed=seed)
   rewards, accuracy = [], []
@@ -76,7 +80,7 @@ def run(lr: float, steps: int, seed: int, pool: workers.WorkerPool) -> tuple[lis
     accuracy.append(float(np.mean([v.correct for v in verdicts])))
     print(f"    step {len(rewards):>3}  reward {rewards[-1]:.3f}  correct {accuracy[-1]:.3f}",
           flush=True)
-    state, _ = train_step(state, build_batch(trajectories, min_bucket=8))
+    state, _ = train_step(state, build_batch(trajectories, cfg, min_bucket=8))
   return rewards, accuracy
 
 
@@ -85,11 +89,22 @@ def main():
   parser.add_argument("--lr", type=float, default=1e-3)
   parser.add_argument("--steps", type=int, default=40)
   parser.add_argument("--seeds", default="0")
+  parser.add_argument("--policy-loss", default="vanilla")
+  parser.add_argument("--loss-type", default="")
+  parser.add_argument("--advantage", default="grpo")
+  parser.add_argument("--clip-low", type=float, default=0.2)
+  parser.add_argument("--clip-high", type=float, default=0.2)
+  parser.add_argument("--updates-per-batch", type=int, default=1)
   args = parser.parse_args()
+  cfg = GRPOConfig(lr=args.lr, weight_decay=0.0, policy_loss=args.policy_loss,
+                   loss_type=args.loss_type, advantage=args.advantage, clip_low=args.clip_low,
+                   clip_high=args.clip_high, updates_per_batch=args.updates_per_batch)
   pool = workers.WorkerPool(num_workers=2, preload=("rlsvr.envs.self_judge.integration",))
   for seed in (int(s) for s in args.seeds.split(",")):
-    print(f"seed {seed}: lr {args.lr:g}, {args.steps} steps, {len(PROBLEMS)} problems x {GROUP}")
-    rewards, accuracy = (np.array(c) for c in run(args.lr, args.steps, seed, pool))
+    print(f"seed {seed}: lr {args.lr:g}, {args.steps} steps, {len(PROBLEMS)} problems x {GROUP}, "
+          f"policy loss {cfg.policy_loss}, aggregation {cfg.loss_agg_mode}, advantage "
+          f"{cfg.advantage}, {cfg.updates_per_batch} update(s) per batch")
+    rewards, accuracy = (np.array(c) for c in run(cfg, args.steps, seed, pool))
     print(f"  reward  first 5 steps {rewards[:5].mean():.3f}  last 5 steps {rewards[-5:].mean():.3f}")
     print(f"  correct first 5 steps {accuracy[:5].mean():.3f}  last 5 steps "
           f"{accuracy[-5:].mean():.3f}", flush=True)

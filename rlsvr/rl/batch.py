@@ -20,44 +20,61 @@ from typing import Sequence
 
 import numpy as np
 
-from rlsvr.envs.base import Trajectory
-from rlsvr.rl import grpo
+from rlsvr.rl import advantages as estimators
+from rlsvr.rl.config import GRPOConfig
+from rlsvr.rl.rollout import Trajectory
+from rlsvr.sampling.layout import length_bucket
 
 
-LONG_STEP = 4096  # Above 2 * LONG_STEP lengths round up to multiples of this, not powers of two.
-
-
-def bucket(n: int, minimum: int = 16) -> int:
-  """The smallest power of two >= max(n, minimum), or above 8192 the next multiple of 4096:
-  the sampler's prompt buckets. A 40k-token detection prompt pads to 40960, not 65536."""
-  if n > 2 * LONG_STEP:
-    return -(-n // LONG_STEP) * LONG_STEP
-  size = max(minimum, 1)
-  while size < n:
-    size *= 2
-  return size
-
-
-def advantages_of(trajectories: Sequence[Trajectory], *, norm_by_std: bool = True) -> np.ndarray:
-  """GRPO advantages of every row, grouped by `group_id` (trained or not): each row's
-  `reward - baseline` against its group's, and 0 for a group whose raw rewards are equal."""
+def shaped_rewards(trajectories: Sequence[Trajectory], config: GRPOConfig,
+                   max_response_length: int | Sequence[int] | None = None) -> np.ndarray:
+  """Each row's raw reward plus DAPO's overlong penalty (`config.overlong_buffer` > 0),
+  which needs each row's length limit: `max_response_length` (one int or one per row),
+  by default each row's own `Trajectory.max_new_tokens`."""
   rewards = np.array([t.reward for t in trajectories], np.float32)
+  if config.overlong_buffer <= 0:
+    return rewards
+  if max_response_length is None:
+    max_response_length = [t.max_new_tokens for t in trajectories]
+  limits = np.atleast_1d(np.asarray(max_response_length, object))
+  if any(m is None for m in limits):
+    raise ValueError("overlong_buffer > 0 needs max_response_length (the completion limit) "
+                     "of every row")
+  lengths = [len(t.completion_ids) for t in trajectories]
+  return rewards + estimators.overlong_penalty(lengths, limits.astype(np.float64),
+                                               config.overlong_buffer,
+                                               config.overlong_penalty_factor)
+
+
+def advantages_of(trajectories: Sequence[Trajectory], config: GRPOConfig | None = None, *,
+                  max_response_length: int | Sequence[int] | None = None) -> np.ndarray:
+  """The advantages of every row by `config.advantage` (default: GRPO), grouped by
+  `group_id` (trained or not), from each row's shaped `reward - baseline`; 0 for a group
+  whose (shaped) rewards are all equal. See `rlsvr.rl.advantages`."""
+  config = config or GRPOConfig()
+  rewards = shaped_rewards(trajectories, config, max_response_length)
   baselines = np.array([t.baseline for t in trajectories], np.float32)
   groups = np.array([t.group_id for t in trajectories], np.int64)
-  return np.asarray(grpo.group_advantages(rewards, groups, baselines_N=baselines,
-                                          norm_by_std=norm_by_std))
+  tokens = np.array([len(t.completion_ids) if t.trained else 0 for t in trajectories],
+                    np.float32)
+  estimator = estimators.advantage_fn(config.advantage)
+  return np.asarray(estimator(rewards, groups, baselines, tokens, config))
 
 
-def build_batch(trajectories: Sequence[Trajectory], *, advantages: Sequence[float] | None = None,
-                norm_adv_by_std: bool = True, pad_id: int = 0, min_bucket: int = 16,
-                batch_multiple: int = 1) -> dict[str, np.ndarray]:
+def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = None, *,
+                advantages: Sequence[float] | None = None,
+                max_response_length: int | Sequence[int] | None = None, pad_id: int = 0,
+                min_bucket: int = 16, batch_multiple: int = 1) -> dict[str, np.ndarray]:
   """The `train_step` batch of the trained rows of `trajectories`.
 
   Args:
     trajectories: played rows; those with `trained=False` take part in the
       advantage groups but are not in the batch.
-    advantages: one per trajectory; default `advantages_of(trajectories)`.
-    norm_adv_by_std: passed to `advantages_of` when `advantages` is None.
+    config: the estimator and reward shaping of `advantages_of` (default:
+      `GRPOConfig()`, plain GRPO).
+    advantages: one per trajectory; default `advantages_of(trajectories, config)`.
+    max_response_length: the completion length limit (one, or one per
+      trajectory), needed by `config.overlong_buffer` > 0.
     pad_id: token id of padding (never attended to, never trained).
     min_bucket: the smallest prompt / completion bucket.
     batch_multiple: rows are padded with fully masked rows to a multiple of
@@ -69,7 +86,7 @@ def build_batch(trajectories: Sequence[Trajectory], *, advantages: Sequence[floa
     advantages_B as numpy arrays (int32 / float32).
   """
   if advantages is None:
-    advantages = advantages_of(trajectories, norm_by_std=norm_adv_by_std)
+    advantages = advantages_of(trajectories, config, max_response_length=max_response_length)
   if len(advantages) != len(trajectories):
     raise ValueError(f"{len(advantages)} advantages for {len(trajectories)} trajectories")
   rows = [(t, float(a)) for t, a in zip(trajectories, advantages) if t.trained]
@@ -78,8 +95,8 @@ def build_batch(trajectories: Sequence[Trajectory], *, advantages: Sequence[floa
   for t, _ in rows:
     if len(t.logprobs) != len(t.completion_ids):
       raise ValueError(f"{len(t.logprobs)} logprobs for {len(t.completion_ids)} completion ids")
-  p = bucket(max(len(t.prompt_ids) for t, _ in rows), min_bucket)
-  c = bucket(max(len(t.completion_ids) for t, _ in rows), min_bucket)
+  p = length_bucket(max(len(t.prompt_ids) for t, _ in rows), min_bucket)
+  c = length_bucket(max(len(t.completion_ids) for t, _ in rows), min_bucket)
   b = -(-len(rows) // batch_multiple) * batch_multiple
   tokens = np.full((b, p + c), pad_id, np.int32)
   attention = np.zeros((b, p + c), np.int32)

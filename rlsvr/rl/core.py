@@ -1,4 +1,4 @@
-"""GRPO's pure loss functions, with the semantics of verl's `core_algos`.
+"""GRPO's pure loss functions, with the semantics of verl's `core_algos` (hence the name).
 
 Names and formulas follow verl 0.9.1 (`compute_grpo_outcome_advantage`,
 `kl_penalty`, `agg_loss`, `compute_policy_loss_vanilla`) so runs can be
@@ -14,7 +14,11 @@ the whole batch, so any split of a batch gives exactly the full-batch loss.
   aggregate(values_BxT, mask_BxT, mode) -> scalar
   policy_loss(logp_BxT, old_logp_BxT, advantages_BxT, mask_BxT) -> (loss, metrics)
   rollout_is_weights(old_logp_BxT, sampler_logp_BxT, mask_BxT, level, threshold) -> w_BxT
-  train_step(state, batch) -> (state, metrics)   (from `rlsvr.rl.train_step`)
+
+The other advantage estimators and policy losses, selectable by name, are in
+`rlsvr.rl.advantages` and `rlsvr.rl.losses`; the update itself is
+`rlsvr.rl.train_step.train_step` (this module is below it and never imports it).
+`rlsvr.rl.grpo` is the public face of all of them.
 """
 from __future__ import annotations
 
@@ -63,10 +67,18 @@ def group_advantages(rewards_N, group_ids_N, *, baselines_N=None, norm_by_std: b
   mean_N = jnp.where(single_N, 0.0, mean_N)
   std_N = jnp.where(single_N, 1.0, jnp.sqrt(var_N))
   advantages_N = (x_N - mean_N) / (std_N + eps) if norm_by_std else x_N - mean_N
+  return jnp.where(informative_groups(rewards_N, group_ids_N), advantages_N, 0.0)
+
+
+def informative_groups(rewards_N, group_ids_N):
+  """True for the rows of a group of one or of a group whose raw rewards are not all equal:
+  the rows that every advantage estimator may give a non-zero advantage."""
+  rewards_N = jnp.asarray(rewards_N, jnp.float32)
+  group_ids_N = jnp.asarray(group_ids_N)
+  same_NxN = group_ids_N[:, None] == group_ids_N[None, :]
   # Exact comparison of the raw rewards: the test is "no spread at all", not "small".
-  differs_NxN = same_NxN * (rewards_N[None, :] != rewards_N[:, None])
-  informative_N = single_N | (differs_NxN.sum(-1) > 0)
-  return jnp.where(informative_N, advantages_N, 0.0)
+  differs_N = (same_NxN & (rewards_N[None, :] != rewards_N[:, None])).any(-1)
+  return (same_NxN.sum(-1) == 1) | differs_N
 
 
 def _kl_forward(logp_BxT, ref_logp_BxT, kind: str):
@@ -223,12 +235,3 @@ def policy_loss(logp_BxT, old_logp_BxT, advantages_BxT, mask_BxT, *, clip_low: f
       "ppo_kl": masked_mean(terms["neg_log_ratio"], mask_BxT),
   }
   return loss, metrics
-
-
-def __getattr__(name: str):
-  # `train_step` lives with the model-dependent code; importing it lazily keeps this
-  # module free of the model and avoids an import cycle (train_step uses these losses).
-  if name == "train_step":
-    from rlsvr.rl.train_step import train_step
-    return train_step
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

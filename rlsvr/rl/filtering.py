@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
-from rlsvr.envs.base import EpisodeBatch, Trajectory
+from rlsvr.rl.rollout import EpisodeBatch, Trajectory
 
 
 @dataclasses.dataclass

@@ -5,7 +5,9 @@
 
 The loss is verl's actor loss,
   policy_loss + kl_coef * aggregate(kl_penalty(logp, ref_logp)) - entropy_coef * aggregate(entropy),
-every term aggregated with the same `agg_mode` over the completion tokens.
+every term aggregated with the same mode (`config.loss_agg_mode`: `agg_mode`, or
+TRL's `loss_type` preset) over the completion tokens; the policy loss is the one
+named by `config.policy_loss` in `rlsvr.rl.losses` (vanilla PPO, GSPO, CISPO, ...).
 
 Precision: `state.params` are the master weights in `param_dtype` (float32 by
 default) and the AdamW moments are float32 always; each forward/backward runs
@@ -44,7 +46,6 @@ its numerator's gradient, so every split yields the full-batch update.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import flax.struct
@@ -54,88 +55,21 @@ import optax
 
 from rlsvr import parallel
 from rlsvr.model.config import ModelConfig
-from rlsvr.rl import grpo
+from rlsvr.rl import core, losses
+from rlsvr.rl.config import DTYPES, GRPOConfig  # noqa: F401  (public here: rlsvr.train uses DTYPES)
 from rlsvr.rl.logprobs import token_logprobs
 
 Params = Any
-DTYPES = ("float32", "bfloat16")
-
-
-@dataclasses.dataclass(frozen=True)
-class GRPOConfig:
-  """Hyperparameters of the update (verl's names in comments where they differ)."""
-
-  lr: float = 1e-6
-  warmup_steps: int = 0  # Linear warmup from 0 to `lr`, then constant.
-  weight_decay: float = 0.01
-  b1: float = 0.9
-  b2: float = 0.999
-  adam_eps: float = 1e-8
-  max_grad_norm: float = 1.0  # verl: grad_clip
-  clip_low: float = 0.2  # verl: clip_ratio_low
-  clip_high: float = 0.2  # verl: clip_ratio_high (> clip_low: "clip-higher")
-  clip_c: float = 3.0  # verl: clip_ratio_c (dual clip for A < 0)
-  kl_coef: float = 0.0  # verl: kl_loss_coef; 0 means no reference model at all
-  kl_kind: str = "low_var_kl"  # verl: kl_loss_type
-  entropy_coef: float = 0.0  # verl: entropy_coeff
-  agg_mode: str = "token-mean"  # verl: loss_agg_mode
-  loss_scale_factor: float | None = None  # seq-mean-token-sum-norm divisor; None: T
-  norm_adv_by_std: bool = True  # verl: norm_adv_by_std_in_grpo (used by build_batch)
-  micro_batch_size: int = 0  # Rows per forward/backward; 0: the whole (mini-)batch at once.
-  # Optimizer updates per batch, each on 1/K of its rows (verl: train_batch_size /
-  # ppo_mini_batch_size). Warmup counts updates.
-  updates_per_batch: int = 1
-  rollout_is: str = "none"  # Truncated IS correction for the sampler: none | token | sequence.
-  rollout_is_threshold: float = 2.0  # Upper bound of the IS weights; also the metrics' band.
-  # DAPO dynamic sampling (host side, `rlsvr.rl.filtering`): drop groups whose raw rewards
-  # are all equal, play more until the batch is full or max_num_gen_batches rounds ran.
-  filter_groups: bool = False
-  max_num_gen_batches: int = 4
-  temperature: float = 1.0  # Logits are divided by the sampling temperature.
-  param_dtype: str = "float32"  # Storage dtype of the params (optimizer state is fp32).
-  compute_dtype: str | None = None  # Forward/backward dtype; None: param_dtype.
-  remat: bool = False  # Recompute each layer in the backward pass.
-  logits_chunk: int = 0  # Sequence chunk of the unembedding; 0: automatic.
-
-  def __post_init__(self):
-    if self.agg_mode not in grpo.AGG_MODES:
-      raise ValueError(f"agg_mode={self.agg_mode!r} is not one of {grpo.AGG_MODES}")
-    if self.kl_kind.rstrip("+") not in grpo.KL_KINDS:
-      raise ValueError(f"kl_kind={self.kl_kind!r} is not one of {grpo.KL_KINDS}")
-    if self.clip_c <= 1.0:
-      raise ValueError(f"clip_c must be > 1, got {self.clip_c}")
-    if self.updates_per_batch < 1:
-      raise ValueError(f"updates_per_batch must be >= 1, got {self.updates_per_batch}")
-    if self.rollout_is not in grpo.ROLLOUT_IS_LEVELS:
-      raise ValueError(f"rollout_is={self.rollout_is!r} is not one of {grpo.ROLLOUT_IS_LEVELS}")
-    if self.rollout_is_threshold <= 1.0:
-      raise ValueError(f"rollout_is_threshold must be > 1, got {self.rollout_is_threshold}")
-    if self.max_num_gen_batches < 1:
-      raise ValueError(f"max_num_gen_batches must be >= 1, got {self.max_num_gen_batches}")
-    for name in ("param_dtype", "compute_dtype"):
-      if getattr(self, name) not in (None, *DTYPES):
-        raise ValueError(f"{name}={getattr(self, name)!r} is not one of {DTYPES}")
-
-  @property
-  def dtype(self) -> jnp.dtype:
-    """The forward/backward (compute) dtype."""
-    return jnp.dtype(self.compute_dtype or self.param_dtype)
 
 
 @flax.struct.dataclass
 class TrainState:
-  """Everything a step reads and writes. The configs are static (part of the treedef).
-
-  `env_state` holds environment arrays that must be checkpointed with the
-  model (e.g. the spy game's role baselines); `train_step` carries it through.
-  """
+  """Everything a step reads and writes. The configs are static (part of the treedef)."""
 
   step: jax.Array
   params: Params
   opt_state: optax.OptState
-  rng: jax.Array
   ref_params: Params | None
-  env_state: dict[str, jax.Array]
   model_config: ModelConfig = flax.struct.field(pytree_node=False)
   config: GRPOConfig = flax.struct.field(pytree_node=False)
   mesh: jax.sharding.Mesh | None = flax.struct.field(pytree_node=False, default=None)
@@ -166,8 +100,7 @@ def _cast(tree, dtype):
 _copy_cast = jax.jit(_cast, static_argnums=1)
 
 
-def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Params, *,
-                     seed: int = 0, env_state: dict[str, jax.Array] | None = None) -> TrainState:
+def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Params) -> TrainState:
   """A fresh state from initial `params` (copied; sharding kept, optimizer state alike).
 
   The reference weights are a frozen copy of `params` in the compute dtype when
@@ -177,20 +110,19 @@ def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Para
   # Adam moments in fp32 even for bf16 params; zeros_like keeps each param's sharding.
   opt_state = make_optimizer(config).init(_cast(stored, jnp.float32))
   ref = _copy_cast(params, config.dtype) if config.kl_coef > 0 else None
-  # Fresh arrays (step, key, Adam's count, host-made params) are uncommitted; the step
+  # Fresh arrays (step, Adam's count, host-made params) are uncommitted; the step
   # returns them committed, which would compile it a second time. Commit all of them now:
   # arrays where they are, scalars and host arrays replicated next to the params.
   replicated = jax.tree.leaves(stored)[0].sharding
   if isinstance(replicated, jax.sharding.NamedSharding):
     replicated = jax.sharding.NamedSharding(replicated.mesh, jax.sharding.PartitionSpec())
   # (A jitted identity, not device_put: in a multi-process run device_put cannot move a
-  # process-local key onto other processes' devices.)
+  # process-local array onto other processes' devices.)
   commit = lambda tree: jax.tree.map(
       lambda x: jax.device_put(x, x.sharding) if isinstance(x, jax.Array) and x.ndim else
       jax.jit(lambda y: y, out_shardings=replicated)(x), tree)
   return TrainState(step=commit(jnp.zeros((), jnp.int32)), params=commit(stored),
-                    opt_state=commit(opt_state), rng=commit(jax.random.key(seed)),
-                    ref_params=commit(ref), env_state=commit(dict(env_state or {})),
+                    opt_state=commit(opt_state), ref_params=commit(ref),
                     model_config=model_config, config=config, mesh=parallel.mesh_of(stored))
 
 
@@ -268,19 +200,18 @@ def _micro_loss(params, state: TrainState, mb: dict[str, jax.Array], denominator
   mask_BxC = mb["loss_mask_BxC"]
 
   def share(values_BxC):
-    numerator, _ = grpo.aggregate_terms(values_BxC, mask_BxC, cfg.agg_mode,
-                                        loss_scale_factor=cfg.loss_scale_factor)
+    numerator, _ = core.aggregate_terms(values_BxC, mask_BxC, cfg.loss_agg_mode,
+                                        loss_scale_factor=cfg.loss_scale_factor or None)
     return numerator / denominator
 
   # One update per batch: the old policy is this one, so the ratio is exactly 1 and the
   # loss is the policy gradient (verl recomputes old_log_prob with the actor likewise).
   old_logp_BxC = mb.get("old_logp_BxC", jax.lax.stop_gradient(logp_BxC))
-  terms = grpo.policy_loss_terms(logp_BxC, old_logp_BxC, mb["advantages_B"][:, None],
-                                 clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                 clip_c=cfg.clip_c)
+  terms = losses.policy_loss_fn(cfg.policy_loss)(logp_BxC, old_logp_BxC,
+                                                 mb["advantages_B"][:, None], mask_BxC, cfg)
   pg_loss_BxC = terms["pg_loss"]
   if cfg.rollout_is != "none":
-    pg_loss_BxC = pg_loss_BxC * grpo.rollout_is_weights(
+    pg_loss_BxC = pg_loss_BxC * core.rollout_is_weights(
         old_logp_BxC, mb["sampler_logp_BxC"], mask_BxC, cfg.rollout_is, cfg.rollout_is_threshold)
   pg_loss = share(pg_loss_BxC)
   entropy = share(entropy_BxC)
@@ -291,14 +222,14 @@ def _micro_loss(params, state: TrainState, mb: dict[str, jax.Array], denominator
       ref_logp_BxC = mb["ref_logp_BxC"]
     else:
       ref_logp_BxC = _logprobs(state, jax.lax.stop_gradient(state.ref_params), mb)[0]
-    kl = share(grpo.kl_penalty(logp_BxC, ref_logp_BxC, cfg.kl_kind))
+    kl = share(core.kl_penalty(logp_BxC, ref_logp_BxC, cfg.kl_kind))
     loss = loss + cfg.kl_coef * kl
     aux["actor/kl"] = kl
   mask_f = mask_BxC.astype(jnp.float32)
   for name, key in (("actor/pg_clipfrac", "clipped"), ("actor/pg_clipfrac_lower", "clipped_lower"),
                     ("actor/ppo_kl", "neg_log_ratio")):
     aux[name] = (terms[key] * mask_f).sum()
-  mismatch = grpo.rollout_mismatch_sums(jax.lax.stop_gradient(old_logp_BxC),
+  mismatch = core.rollout_mismatch_sums(jax.lax.stop_gradient(old_logp_BxC),
                                         mb["sampler_logp_BxC"], mask_f, cfg.rollout_is_threshold)
   return loss, {**aux, **mismatch["sum"], **mismatch["max"]}
 
@@ -309,7 +240,7 @@ def _update(state: TrainState, batch: dict[str, jax.Array]):
   cfg = state.config
   mask_BxC = batch["loss_mask_BxC"].astype(jnp.float32)
   # Counted over the whole batch, before any split: this is what makes micro-batching exact.
-  _, denominator = grpo.aggregate_terms(mask_BxC, mask_BxC, cfg.agg_mode)
+  _, denominator = core.aggregate_terms(mask_BxC, mask_BxC, cfg.loss_agg_mode)
   denominator = jnp.maximum(denominator, 1.0)
 
   grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
@@ -369,9 +300,7 @@ def _train_step(state: TrainState, batch: dict[str, jax.Array]):
   metrics = {k: (v.max() if k in _MAXES else v.sum() / tokens if k in _TOKEN_SUMS else v.mean())
              for k, v in per_update.items()}
   metrics["actor/lr"] = lr_schedule(cfg)(state.step * cfg.updates_per_batch)
-  new_state = state_after.replace(step=state.step + 1,
-                                  rng=jax.random.fold_in(state.rng, state.step))
-  return new_state, metrics
+  return state_after.replace(step=state.step + 1), metrics
 
 
 train_step = jax.jit(_train_step, donate_argnums=0)

@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from rlsvr.envs.base import Trajectory
-from rlsvr.rl.batch import advantages_of, bucket, build_batch, rollout_metrics
+from rlsvr.rl.rollout import Trajectory
+from rlsvr.rl.batch import advantages_of, build_batch, rollout_metrics
+from rlsvr.rl.config import GRPOConfig
 
 
 def traj(prompt, completion, reward, group, trained=True, finish="eos"):
@@ -18,16 +19,6 @@ ROWS = [
     traj([8, 8], [9, 9, 9, 9], 3.0, group=1, trained=False),  # in the group, not in the batch
     traj([2, 2, 2, 2, 2], [3] * 20, 5.0, group=1, finish="length"),
 ]
-
-
-def test_bucket():
-  assert [bucket(n, 16) for n in (0, 1, 16, 17, 100)] == [16, 16, 16, 32, 128]
-  assert bucket(5, 4) == 8
-  # Above 8192, multiples of 4096: the sampler's prompt buckets, so a prompt the sampler
-  # padded to P is padded to P again in the train batch.
-  from rlsvr.sampling import Buckets
-  for n in (8192, 8193, 12288, 39296, 100_000):
-    assert bucket(n) == Buckets.pick(n, Buckets().prompt, "prompt")
 
 
 def test_layout_of_rows():
@@ -55,7 +46,7 @@ def test_advantages_use_untrained_rows_of_the_group():
                              rtol=1e-5)
   b = build_batch(ROWS)
   np.testing.assert_allclose(b["advantages_B"], adv[[0, 1, 3]], rtol=1e-6)
-  raw = build_batch(ROWS, norm_adv_by_std=False)["advantages_B"]
+  raw = build_batch(ROWS, GRPOConfig(norm_adv_by_std=False))["advantages_B"]
   np.testing.assert_allclose(raw, [0.5, -0.5, 1.0], rtol=1e-6)
   given = build_batch(ROWS, advantages=[1.0, 2.0, 3.0, 4.0])["advantages_B"]
   np.testing.assert_array_equal(given, [1.0, 2.0, 4.0])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rlsvr.data import bundled_corpus
-from rlsvr.envs.base import EpisodeBatch, Trajectory
+from rlsvr.rl.rollout import EpisodeBatch, Trajectory
 from rlsvr.envs.spy import SpyGame, SpyGameConfig
 from rlsvr.model.config import ModelConfig
 from rlsvr.rl import filtering

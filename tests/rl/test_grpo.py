@@ -1,6 +1,9 @@
 """The pure GRPO losses against hand-computed values and a line-by-line port of verl's formulas."""
 import collections
 import math
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -181,8 +184,15 @@ def test_policy_loss_fully_masked_rows_do_not_count():
     assert float(metrics["pg_clipfrac_lower"]) == 0.0
 
 
-def test_train_step_is_exported_here():
-  from rlsvr.rl import train_step as train_step_module
-  assert grpo.train_step is train_step_module.train_step
-  with pytest.raises(AttributeError):
-    grpo.no_such_name  # noqa: B018
+def test_the_loss_layers_import_no_update_and_no_model():
+  # core, losses, advantages and config sit below train_step: importing them must not
+  # import it (the old lazy `grpo.train_step` re-export made a circle) or the model.
+  code = ("import sys; import rlsvr.rl.core, rlsvr.rl.losses, rlsvr.rl.advantages, "
+          "rlsvr.rl.config, rlsvr.rl.batch; "
+          "bad = [m for m in ('rlsvr.rl.train_step', 'rlsvr.model.qwen3') if m in sys.modules]; "
+          "assert not bad, bad")
+  subprocess.run([sys.executable, "-c", code], check=True,
+                 env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  from rlsvr.rl import train_step  # the public face (DESIGN.md) re-exports the update
+
+  assert grpo.train_step is train_step.train_step

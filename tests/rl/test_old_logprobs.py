@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from rlsvr.envs.base import Trajectory
+from rlsvr.rl.rollout import Trajectory
 from rlsvr.rl import grpo
 from rlsvr.rl.batch import build_batch
 from rlsvr.rl.logprobs import token_logprobs

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rlsvr import train
-from rlsvr.envs.base import Trajectory
+from rlsvr.rl.rollout import Trajectory
 from rlsvr.rl.batch import build_batch
 from rlsvr.rl.train_step import GRPOConfig, init_train_state, sampling_params, train_step
 from tests.rl.tiny import CONFIG, compile_fast, random_params

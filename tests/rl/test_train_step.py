@@ -10,8 +10,9 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from rlsvr import parallel
-from rlsvr.envs.base import Trajectory
-from rlsvr.rl import grpo
+from rlsvr.model import params as params_lib
+from rlsvr.rl.rollout import Trajectory
+from rlsvr.rl import grpo, losses
 from rlsvr.rl.batch import build_batch
 from rlsvr.rl.logprobs import token_logprobs
 from rlsvr.rl.train_step import (GRPOConfig, TrainState, init_train_state, make_optimizer,
@@ -84,10 +85,19 @@ def assert_trees_close(a, b, atol):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=0, err_msg=str(path))
 
 
+# Every aggregation mode with the vanilla loss, and the other registered losses under TRL's
+# loss types (GSPO's sequence ratio is a per-row mean: it must survive one row per micro-batch).
+CONFIGS = {**{m: dataclasses.replace(BASE, agg_mode=m) for m in grpo.AGG_MODES},
+           "gspo": dataclasses.replace(BASE, policy_loss="gspo", loss_type="grpo",
+                                       clip_low=0.1, clip_high=0.1),
+           "cispo": dataclasses.replace(BASE, policy_loss="cispo", loss_type="dr_grpo",
+                                        loss_scale_factor=24.0, clip_high=0.28)}
+
+
 @functools.partial(jax.jit, static_argnums=2)
 def full_batch_updates(params, batch, configs):
   """The update of each config written plainly: one loss over the whole batch, its
-  gradient, one optimizer step (the reference for every aggregation mode, one compile)."""
+  gradient, one optimizer step (the reference for every config, one compile)."""
   full = functools.partial(token_logprobs, CONFIG)
   ref_logp, _ = completion_logprobs(params, batch, full)
   mask = batch["loss_mask_BxC"]
@@ -96,10 +106,11 @@ def full_batch_updates(params, batch, configs):
   for cfg in configs:
     def loss_fn(p, cfg=cfg):
       logp, entropy = completion_logprobs(p, batch, full)
-      pg, _ = grpo.policy_loss(logp, batch["old_logp_BxC"], adv, mask, agg_mode=cfg.agg_mode)
-      kl = grpo.aggregate(grpo.kl_penalty(logp, ref_logp, cfg.kl_kind), mask, cfg.agg_mode)
-      ent = grpo.aggregate(entropy, mask, cfg.agg_mode)
-      return pg + cfg.kl_coef * kl - cfg.entropy_coef * ent
+      agg = functools.partial(grpo.aggregate, mask_BxT=mask, mode=cfg.loss_agg_mode,
+                              loss_scale_factor=cfg.loss_scale_factor or None)
+      terms = losses.policy_loss_fn(cfg.policy_loss)(logp, batch["old_logp_BxC"], adv, mask, cfg)
+      kl = agg(grpo.kl_penalty(logp, ref_logp, cfg.kl_kind))
+      return agg(terms["pg_loss"]) + cfg.kl_coef * kl - cfg.entropy_coef * agg(entropy)
     grads = jax.grad(loss_fn)(params)
     tx = make_optimizer(cfg)
     updates, _ = tx.update(grads, tx.init(params), params)
@@ -109,23 +120,31 @@ def full_batch_updates(params, batch, configs):
 
 @pytest.fixture(scope="module")
 def full_batch_params(params, batch):
-  configs = tuple(dataclasses.replace(BASE, agg_mode=m) for m in grpo.AGG_MODES)
-  return dict(zip(grpo.AGG_MODES, compile_fast(full_batch_updates, params, batch, configs)(
+  configs = tuple(CONFIGS.values())
+  return dict(zip(CONFIGS, compile_fast(full_batch_updates, params, batch, configs)(
       params, batch)))
 
 
-@pytest.mark.parametrize("mode", grpo.AGG_MODES)
-def test_micro_batches_equal_full_batch(params, batch, full_batch_params, mode):
+@pytest.mark.parametrize("name", CONFIGS)
+def test_micro_batches_equal_full_batch(params, batch, full_batch_params, name):
   # One row per micro-batch: the fully masked row is a micro-batch of its own.
-  cfg = dataclasses.replace(BASE, agg_mode=mode, micro_batch_size=1)
+  cfg = dataclasses.replace(CONFIGS[name], micro_batch_size=1)
   micro, _ = run(cfg, params, batch)
-  expected = full_batch_params[mode]
+  expected = full_batch_params[name]
   moved = max(float(jnp.abs(a - b).max()) for a, b in zip(jax.tree.leaves(expected),
                                                           jax.tree.leaves(params)))
   assert moved > 1e-4  # the update is visible at the tolerance below
   assert_trees_close(micro.params, expected, atol=1e-6)
-  if mode == BASE.agg_mode:  # the unsplit step too (compiled for the other tests anyway)
+  if name == BASE.agg_mode:  # the unsplit step too (compiled for the other tests anyway)
     assert_trees_close(run(BASE, params, batch)[0].params, expected, atol=1e-6)
+
+
+def test_policy_loss_and_loss_type_change_the_update(full_batch_params):
+  # The registry and the presets reach the update: each config moves the weights its own way.
+  leaves = {k: np.concatenate([np.ravel(x) for x in jax.tree.leaves(v)])
+            for k, v in full_batch_params.items()}
+  for name in ("gspo", "cispo"):
+    assert np.abs(leaves[name] - leaves["token-mean"]).max() > 1e-4, name
 
 
 def test_loss_terms_and_metrics_match_the_pure_functions(params, batch):
@@ -156,9 +175,10 @@ def test_nonfinite_gradient_skips_the_update(params, batch):
 
 
 def test_reference_logprobs_and_state(params, batch):
-  state = init_train_state(CONFIG, dataclasses.replace(BASE, micro_batch_size=4), params,
-                           env_state={"baseline": np.zeros(3)})
-  assert isinstance(state.env_state["baseline"], jax.Array)
+  state = init_train_state(CONFIG, dataclasses.replace(BASE, micro_batch_size=4), params)
+  # Only what a step reads or writes (the unused env_state and rng are gone).
+  assert [f.name for f in dataclasses.fields(TrainState) if f.metadata.get("pytree_node", True)
+          ] == ["step", "params", "opt_state", "ref_params"]
   ref = reference_logprobs(state, batch)
   logp, _ = completion_logprobs(params, batch)
   np.testing.assert_allclose(ref, logp, atol=1e-5)
@@ -181,7 +201,7 @@ def test_mesh_matches_single_device(params, batch):
   sharded, sharded_metrics = run(BASE, params, batch, mesh=mesh)
   # Params stay sharded by the rules after the update, and Adam's moments alike.
   q_proj = sharded.params["layers"]["attn"]["q_proj"]
-  rule = NamedSharding(mesh, parallel.spec_for("layers/attn/q_proj", q_proj.shape, mesh))
+  rule = NamedSharding(mesh, params_lib.spec_for("layers/attn/q_proj", q_proj.shape, mesh))
   assert rule.spec[1] == "fsdp" and q_proj.sharding.is_equivalent_to(rule, q_proj.ndim)
   mu = sharded.opt_state[1][0].mu["layers"]["attn"]["q_proj"]
   assert mu.sharding.is_equivalent_to(rule, q_proj.ndim)
