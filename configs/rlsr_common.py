@@ -7,13 +7,19 @@ Variants (comma-separated, e.g. `configs/rlsr_countdown.py:cpu,online`):
   smoke        tiny random Qwen3 with the real Qwen3 tokenizer; seconds (tests)
   delayed      copy the policy into the judge at step judge_delay_steps (default 50)
   online       the judge is the current policy every step
-  t1 .. t4     Countdown judge prompt template (strictness 1..4; default 1)
+  t1 .. t4     Countdown judge prompt countdown_1 .. countdown_4 (strictness 1..4), for
+               ablations; the default is the task's own: Countdown's is countdown_4, the
+               paper's final, stable prompt (with countdown_1 its policy was reward-hacked first)
+
+The judge prompt can also be any template file: `--config.rlsr.judge_template=my_judge.txt`
+(rlsvr/envs/self_judge/templates.py says how to write one; prompts/ holds the built-in ones).
 """
 import ml_collections
 
 from configs.base import base_config, run_locally
 
-VARIANTS = ("cpu", "smoke", "delayed", "online", "t1", "t2", "t3", "t4")
+STRICTNESS = ("t1", "t2", "t3", "t4")
+VARIANTS = ("cpu", "smoke", "delayed", "online", *STRICTNESS)
 
 
 def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
@@ -26,11 +32,11 @@ def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   c.env = "rlsr"  # Which environment plays the steps.
   c.model.source = "hub:Qwen/Qwen2.5-7B-Instruct"  # The paper's policy.
   c.rlsr = ml_collections.ConfigDict()
-  c.rlsr.task = task  # countdown | integration.
+  c.rlsr.task = task  # countdown | integration | package.module:name (self_judge/tasks.py).
   c.rlsr.problems_per_step = 64  # Problems per step (paper batch 64).
   c.rlsr.group_size = 8  # Answers per problem: one GRPO group.
-  c.rlsr.judge_template = next((int(v[1]) for v in variants if v in ("t1", "t2", "t3", "t4")),
-                               1)  # Countdown judge prompt strictness 1..4.
+  # Judge prompt: "" (the task's default), a name in rlsvr/envs/self_judge/prompts/ or a .txt path.
+  c.rlsr.judge_template = next((f"countdown_{v[1]}" for v in variants if v in STRICTNESS), "")
   c.rlsr.format_bonus = 0.1  # Reward for a well-formed <answer>.
   c.rlsr.judge_sees = "answer"  # answer (the <answer> block) | response (everything).
   c.rlsr.judge_weights = ("online" if "online" in variants else
@@ -50,7 +56,9 @@ def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   c.judge.source = ""  # "" : the policy's own initial weights; else a model source (fixed only).
   c.judge.tokenizer = ""  # Tokenizer of a judge.source ("" : its directory's).
   c.judge.temperature = 0.0  # Judge sampling; 0 = greedy verdicts.
-  c.data.source = "generate" if task == "countdown" else "ladder"  # See experiment.rlsr_problems.
+  # Countdown: generate | hub | a TinyZero JSONL; integration: ladder | an Integration Bee JSON |
+  # a JSONL of rows (the tasks' load_problems: self_judge/countdown.py, integration_task.py).
+  c.data.source = "generate" if task == "countdown" else "ladder"
   c.data.limit = 0  # At most this many problems (0: all / 1000 generated).
 
   if "cpu" in variants:

@@ -5,7 +5,10 @@
   python -m rlsvr.train --config=configs/rlsr_integration.py:smoke        # seconds, random tiny model
   python -m rlsvr.train --config=configs/rlsr_integration.py:cpu,delayed  # judge schedule
 
-Variants are listed in configs/rlsr_common.py.
+The judge prompt is rlsvr/envs/self_judge/prompts/integration_1.txt (differentiate the
+candidate and compare with the integrand; definite integrals: compare values);
+`--config.rlsr.judge_template=PATH.txt` picks a file of your own. Variants are listed in
+configs/rlsr_common.py.
 """
 from configs.rlsr_common import rlsr_config
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rlsvr.envs.self_judge import judge
-
-TASKS = ("countdown", "integration")
+from rlsvr.envs.self_judge import judge, tasks, templates
 
 
 @dataclasses.dataclass(frozen=True)
@@ -14,9 +12,13 @@ class SelfJudgeConfig:
   """How problems are answered, judged and rewarded.
 
   Attributes:
-    task: "countdown" or "integration".
+    task: a task name (`tasks.names()`: "countdown", "integration") or
+      "package.module:name" of a module that registers one.
     group_size: answers per problem (G); one GRPO group per problem.
-    judge_template: Countdown judge strictness, 1..4 (`judge.TEMPLATES`).
+    judge_template: the judge prompt: "" (the task's default; Countdown's is
+      "countdown_4", the paper's final prompt), a built-in name
+      (`templates.names()`: "countdown_1" .. "countdown_4", "integration_1")
+      or the path of a `.txt` template (`templates` says how to write one).
     format_bonus: reward for a well-formed `<answer>` (added to 1[judge = 1]).
     judge_sees: "answer" (the last `<answer>` block, or the whole response
       when there is none) or "response" (always the whole response).
@@ -33,7 +35,7 @@ class SelfJudgeConfig:
 
   task: str = "countdown"
   group_size: int = 8
-  judge_template: int = 1
+  judge_template: str = ""
   format_bonus: float = 0.1
   judge_sees: str = "answer"
   judge_weights: str = "fixed"
@@ -48,9 +50,7 @@ class SelfJudgeConfig:
 
   def __post_init__(self):
     checks = [
-        (self.task in TASKS, f"task must be one of {TASKS}"),
         (self.group_size >= 1, "group_size must be >= 1"),
-        (self.judge_template in judge.TEMPLATES, f"judge_template must be in {judge.TEMPLATES}"),
         (self.judge_sees in ("answer", "response"), "judge_sees must be 'answer' or 'response'"),
         (self.judge_weights in judge.JUDGE_MODES, f"judge_weights must be in {judge.JUDGE_MODES}"),
         (self.judge_delay_steps >= 1, "judge_delay_steps must be >= 1"),
@@ -60,6 +60,16 @@ class SelfJudgeConfig:
     for ok, message in checks:
       if not ok:
         raise ValueError(f"SelfJudgeConfig: {message}")
+    try:
+      self.template()  # loads the task and reads the template: bad names fail here, not mid-run
+    except ValueError as e:
+      raise ValueError(f"SelfJudgeConfig: {e}") from None
+
+  def task_spec(self) -> tasks.Task:
+    return tasks.get_task(self.task)
+
+  def template(self) -> templates.JudgeTemplate:
+    return templates.load_template(self.judge_template, self.task_spec())
 
   def schedule(self) -> judge.JudgeSchedule:
     return judge.JudgeSchedule.from_config(self)

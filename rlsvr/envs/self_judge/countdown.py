@@ -12,18 +12,21 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import os
 import re
 from fractions import Fraction
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from rlsvr.envs.self_judge import tasks
+from rlsvr.envs.self_judge.tasks import Verdict, extract_answer
+
 HUB_DATASET = "Jiayi-Pan/Countdown-Tasks-3to4"
 MAX_ANSWER_CHARS = 1000
 MAX_DIGITS = 30
 MAX_DEPTH = 50
 
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _TOKEN_RE = re.compile(r"\s*(?:(\d+)|([-+*/()]))")
 
 
@@ -38,25 +41,6 @@ class CountdownProblem:
   @classmethod
   def from_mapping(cls, row: Mapping[str, Any]) -> CountdownProblem:
     return cls(tuple(int(n) for n in row["nums"]), int(row["target"]), row.get("solution"))
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-  """The formal check of one response.
-
-  `format_ok`: the last `<answer>` block holds a well-formed expression of
-  integers, `+ - * /` and parentheses. `correct`: besides, it uses every given
-  number exactly once and its exact value equals the target. `reason` says
-  what failed ("ok" when correct). `timed_out`: a verifier step hit its
-  safety-net time limit (the integration verifier; such a verdict is that of
-  an unparseable answer).
-  """
-
-  format_ok: bool
-  correct: bool
-  reason: str
-  expression: str | None = None
-  timed_out: bool = False
 
 
 # ---------------------------------------------------------------- problems
@@ -131,12 +115,6 @@ def prompt(problem: CountdownProblem) -> str:
 
 class _SyntaxError(ValueError):
   pass
-
-
-def extract_answer(response: str) -> str | None:
-  """The content of the last `<answer>...</answer>` block, or None."""
-  blocks = _ANSWER_RE.findall(response)
-  return blocks[-1] if blocks else None
 
 
 def _tokenize(text: str) -> list[str]:
@@ -255,3 +233,58 @@ def check(response: str, nums: Sequence[int], target: int | Fraction) -> Verdict
   if value != Fraction(target):
     return Verdict(True, False, f"value {value} != target {target}", expression)
   return Verdict(True, True, "ok", expression)
+
+
+# ---------------------------------------------------------------- the RLSR task
+
+
+class CountdownTask:
+  """Countdown as an RLSR task (`tasks.Task`).
+
+  The default judge prompt is the RLSR paper's final, stable one, template 4
+  (every condition listed, all must hold, "not an equation"); with the lax
+  template 1 the paper's policy was reward-hacked first (answers the judge
+  accepts and the formal check rejects). Templates 1-3 remain for ablations.
+  """
+
+  name = "countdown"
+  default_judge_template = "countdown_4"
+  judge_placeholders = ("nums", "target")
+  judge_sections = ()
+
+  def load_problems(self, source: str, *, split: str, limit: int | None,
+                    seed: int) -> list[CountdownProblem]:
+    """"generate" (seeded, `limit` or 1000 problems), "hub" or a TinyZero JSONL file."""
+    if source == "generate":
+      return generate(limit or 1000, seed=seed)
+    if source == "hub":
+      return load_hub(split=split, limit=limit)
+    if os.path.isfile(source):
+      return load_jsonl(source)[:limit]
+    raise ValueError(f"data.source={source!r}: use 'generate', 'hub' or a TinyZero JSONL file")
+
+  def as_problem(self, item: CountdownProblem | Mapping[str, Any]) -> CountdownProblem:
+    return item if isinstance(item, CountdownProblem) else CountdownProblem.from_mapping(item)
+
+  def policy_prompt(self, problem: CountdownProblem) -> str:
+    return prompt(problem)
+
+  def extract_answer(self, response: str) -> str | None:
+    return extract_answer(response)
+
+  def verify(self, problems: Sequence[CountdownProblem], responses: Sequence[str], *,
+             config: Any, pool: Any) -> list[Verdict]:
+    del config, pool  # exact arithmetic on a bounded parse: nothing to time out
+    return [check(r, p.nums, p.target) for p, r in zip(problems, responses)]
+
+  def judge_fields(self, problem: CountdownProblem) -> tuple[str, dict[str, str]]:
+    return "", dict(nums=", ".join(str(n) for n in problem.nums), target=str(problem.target))
+
+  def record_facts(self, problem: CountdownProblem) -> dict[str, Any]:
+    return dict(nums=list(problem.nums), target=problem.target)
+
+  def describe(self, problem: CountdownProblem) -> str:
+    return f"nums={list(problem.nums)} target={problem.target}"
+
+
+tasks.register_task(CountdownTask())

@@ -6,10 +6,13 @@ call reads each (problem, answer) and says 1 or 0. Reward:
 `1[judge = 1] + format_bonus * 1[format ok]`; a judge response without a
 parseable verdict counts as 0 and is counted.
 
-The formal verifier (Countdown check, integration verifier) runs on every
-answer for metrics only: `true_reward` and the judge's accuracy, TPR, TNR and
-FPR against it. Metrics whose denominator is empty this step (e.g. TPR with
-no correct answer) are left out rather than reported as 0.
+What a problem is, the policy's prompt, the answer's extraction, the format
+check, the formal verifier and the judge's facts come from the task
+(`tasks.Task`, by the name `config.task`); the judge prompt is the config's
+template (`templates`). The formal verifier runs on every answer for metrics
+only: `true_reward` and the judge's accuracy, TPR, TNR and FPR against it.
+Metrics whose denominator is empty this step (e.g. TPR with no correct
+answer) are left out rather than reported as 0.
 
 The judge is a separate `SampleFn` (its own weights, possibly its own
 tokenizer); which weights it holds is the trainer's business
@@ -24,9 +27,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rlsvr.envs.base import Completion, EpisodeBatch, SampleFn, Trajectory
-from rlsvr.envs.self_judge import countdown, judge
+from rlsvr.envs.self_judge import judge
 from rlsvr.envs.self_judge.config import SelfJudgeConfig
-from rlsvr.envs.self_judge.countdown import Verdict
+from rlsvr.envs.self_judge.tasks import Verdict
+from rlsvr.model.tokenizer import encode_chat
 
 _RULE, _THIN = "=" * 100, "-" * 100
 
@@ -42,18 +46,6 @@ class _Answer:
   judge_response: str = ""
   judge_says: int | None = None
   reward: float = 0.0
-
-
-def _problem_of(task: str, item: Any) -> Any:
-  if task == "countdown":
-    return item if isinstance(item, countdown.CountdownProblem) else (
-        countdown.CountdownProblem.from_mapping(item))
-  from rlsvr.envs.self_judge import integration  # pylint: disable=g-import-not-at-top
-  if isinstance(item, integration.Problem):
-    return item
-  if isinstance(item, str):
-    return integration.Problem.from_latex(item)
-  return integration.Problem.from_latex(item.get("latex") or item["problem"], item.get("answer"))
 
 
 class SelfJudgeEnv:
@@ -75,10 +67,12 @@ class SelfJudgeEnv:
       judge_sample: the judge's sampler; None means the policy's `sample` judges
         (the "online" schedule with one model). `play` may override it.
       judge_tokenizer: the judge's tokenizer when it is another model.
-      pool: `workers.WorkerPool` for the integration verifier (default pool if None).
+      pool: `workers.WorkerPool` for verifiers that need one (default pool if None).
       chat_template_kwargs: extra arguments for `apply_chat_template`.
     """
     self.config = config
+    self.task = config.task_spec()
+    self.judge_template = config.template()
     self.tokenizer = tokenizer
     self.judge_tokenizer = judge_tokenizer or tokenizer
     self.judge_sample = judge_sample
@@ -94,12 +88,7 @@ class SelfJudgeEnv:
   def encode(self, text: str, *, judge: bool = False) -> list[int]:
     """Prompt ids: `text` as one user message through the policy's (or judge's) chat template."""
     tokenizer = self.judge_tokenizer if judge else self.tokenizer
-    out = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], tokenize=True, add_generation_prompt=True,
-        **self.chat_template_kwargs)
-    if isinstance(out, Mapping):  # transformers 5 may return a BatchEncoding
-      out = out["input_ids"]
-    return [int(t) for t in out]
+    return encode_chat(tokenizer, text, chat_template_kwargs=self.chat_template_kwargs)
 
   @staticmethod
   def _sample(sample: SampleFn, prompt_ids: list[list[int]], max_new_tokens: int,
@@ -110,27 +99,9 @@ class SelfJudgeEnv:
                        "prompts")
     return completions
 
-  def policy_prompt(self, problem: Any) -> str:
-    if self.config.task == "countdown":
-      return countdown.prompt(problem)
-    from rlsvr.envs.self_judge import integration  # pylint: disable=g-import-not-at-top
-    return integration.prompt(problem)
-
-  def judge_prompt(self, problem: Any, shown: str) -> str:
-    if self.config.task == "countdown":
-      return judge.countdown_prompt(problem, shown, self.config.judge_template)
-    return judge.integration_prompt(problem.display(), shown, problem.definite)
-
   def _verify(self, problems: list[Any], answers: list[_Answer]) -> list[Verdict]:
-    cfg = self.config
-    if cfg.task == "countdown":
-      return [countdown.check(a.response, problems[a.problem].nums, problems[a.problem].target)
-              for a in answers]
-    from rlsvr.envs.self_judge import integration  # pylint: disable=g-import-not-at-top
-    return integration.check_answers(
-        [problems[a.problem] for a in answers], [a.answer for a in answers], "sympy",
-        pool=self.pool, time_limit=cfg.verifier_time_limit_s,
-        integral_time_limit=cfg.integral_time_limit_s)
+    return self.task.verify([problems[a.problem] for a in answers], [a.response for a in answers],
+                            config=self.config, pool=self.pool)
 
   def play(
       self,
@@ -143,8 +114,8 @@ class SelfJudgeEnv:
     """Answers, verifies and judges every item `group_size` times; see the module docstring."""
     del rng  # sampling randomness lives in the sampler; problems come in order
     cfg = self.config
-    problems = [_problem_of(cfg.task, item) for item in items]
-    prompts = [self.encode(self.policy_prompt(p)) for p in problems]
+    problems = [self.task.as_problem(item) for item in items]
+    prompts = [self.encode(self.task.policy_prompt(p)) for p in problems]
     completions = self._sample(sample, [prompts[i] for i in range(len(problems))
                                         for _ in range(cfg.group_size)],
                                cfg.policy_max_new_tokens, cfg.sampling)
@@ -152,7 +123,7 @@ class SelfJudgeEnv:
     for k, completion in enumerate(completions):
       response = self.tokenizer.decode(list(completion.ids), skip_special_tokens=True)
       answers.append(_Answer(k // cfg.group_size, completion, response,
-                             countdown.extract_answer(response)))
+                             self.task.extract_answer(response)))
     for answer, verdict in zip(answers, self._verify(problems, answers)):
       answer.verdict = verdict
 
@@ -160,7 +131,7 @@ class SelfJudgeEnv:
     for a in answers:
       use_answer = cfg.judge_sees == "answer" and a.answer is not None
       shown = a.answer.strip() if use_answer else a.response
-      a.judge_prompt = self.judge_prompt(problems[a.problem], shown)
+      a.judge_prompt = self.judge_template.prompt(problems[a.problem], shown)
       judge_ids.append(self.encode(a.judge_prompt, judge=True))
     judge_fn = judge_sample or self.judge_sample or sample
     for a, c in zip(answers, self._sample(judge_fn, judge_ids, cfg.judge_max_new_tokens,
@@ -171,20 +142,18 @@ class SelfJudgeEnv:
 
     rows = [Trajectory(prompt_ids=list(prompts[a.problem]), completion_ids=list(a.completion.ids),
                        logprobs=list(a.completion.logprobs), reward=a.reward, group_id=a.problem,
-                       role="policy", finish_reason=a.completion.finish_reason) for a in answers]
+                       role="policy", finish_reason=a.completion.finish_reason,
+                       max_new_tokens=cfg.policy_max_new_tokens) for a in answers]
     records = [self._record(step, i, p, [a for a in answers if a.problem == i])
                for i, p in enumerate(problems)]
-    return EpisodeBatch(trajectories=rows, metrics=_metrics(answers, rows),
-                        record_text=format_record(records[0]) if records else "", records=records)
+    text = format_record(records[0], self.task.describe(problems[0])) if records else ""
+    return EpisodeBatch(trajectories=rows, metrics=_metrics(answers, rows), record_text=text,
+                        records=records)
 
   def _record(self, step: int, index: int, problem: Any, answers: list[_Answer]) -> dict[str, Any]:
-    if self.config.task == "countdown":
-      facts = dict(nums=list(problem.nums), target=problem.target)
-    else:
-      facts = dict(latex=problem.display(), definite=problem.definite)
     return dict(
-        step=step, problem=index, task=self.config.task, prompt=self.policy_prompt(problem),
-        **facts,
+        step=step, problem=index, task=self.task.name, prompt=self.task.policy_prompt(problem),
+        **self.task.record_facts(problem),
         answers=[dict(response=a.response, answer=a.answer, format_ok=a.verdict.format_ok,
                       correct=a.verdict.correct, reason=a.verdict.reason,
                       judge_response=a.judge_response, judge_says=a.judge_says, reward=a.reward,
@@ -224,13 +193,11 @@ def _metrics(answers: list[_Answer], rows: list[Trajectory]) -> dict[str, float]
   return metrics
 
 
-def format_record(record: Mapping[str, Any]) -> str:
-  """The human-readable rollouts.txt block of one problem."""
-  what = (f"nums={record['nums']} target={record['target']}" if record["task"] == "countdown"
-          else f"integral: {record['latex']}")
-  lines = [_RULE, f"step {record['step']} | {record['task']} problem {record['problem']} | {what}",
-           _THIN, "policy prompt:", record["prompt"], _THIN, "judge prompt (first answer):",
-           record["judge_prompt"]]
+def format_record(record: Mapping[str, Any], problem_line: str) -> str:
+  """The human-readable rollouts.txt block of one problem (`problem_line`: `Task.describe`)."""
+  header = f"step {record['step']} | {record['task']} problem {record['problem']} | {problem_line}"
+  lines = [_RULE, header, _THIN, "policy prompt:", record["prompt"], _THIN,
+           "judge prompt (first answer):", record["judge_prompt"]]
   for k, a in enumerate(record["answers"], 1):
     lines += [_THIN, f"answer {k}: format_ok={a['format_ok']} correct={a['correct']} "
               f"({a['reason']}) judge={a['judge_says']} reward={a['reward']:.2f}",

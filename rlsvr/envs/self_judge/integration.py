@@ -38,7 +38,7 @@ import sympy
 from rlsvr.envs.self_judge import numeric, quadrature, safe_math, workers
 from rlsvr.envs.self_judge.quadrature import IntegralValue
 from rlsvr.envs.self_judge.latex import closed_forms, latex_to_sympy
-from rlsvr.envs.self_judge.countdown import Verdict  # the same verdict shape for both tasks
+from rlsvr.envs.self_judge.tasks import Verdict
 
 _REL_TOL_DERIVATIVE = 1e-8
 _REL_TOL_VALUE = 1e-6

@@ -1,66 +1,40 @@
-"""The LLM judge: prompts, verdict parsing and the judge-weights schedule.
+"""The LLM judge: verdict parsing, the judge-weights schedule, prompt shortcuts.
 
 The judge answers `\\boxed{1}` (correct) or `\\boxed{0}` (incorrect); the last
 box counts. Anything else is a parse failure, which the environment counts
-and scores as 0. Countdown has four templates of increasing strictness
-(DESIGN.md, "RLSR"): 1 checks the value and where the numbers come from,
-2 adds operator legality, 3 spells out "each number appears, exactly once",
-4 lists every condition, requires all of them and forbids an equation.
+and scores as 0. The prompts are data (`templates`, `prompts/*.txt`); Countdown
+has four of increasing strictness (DESIGN.md, "RLSR"): 1 checks the value and
+where the numbers come from, 2 adds operator legality, 3 spells out "each
+number appears, exactly once", 4 lists every condition, requires all of them
+and forbids an equation.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any
 
-from rlsvr.envs.self_judge.countdown import CountdownProblem
+from rlsvr.envs.self_judge import tasks, templates
 
 _BOX_RE = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
-_VERDICT_INSTRUCTION = ("Think briefly, then give your verdict as \\boxed{1} if the answer is "
-                        "correct or \\boxed{0} if it is not.")
-
-_COUNTDOWN_CHECKS = {
-    1: ["it evaluates to the target {target}",
-        "its numbers come from the given numbers [{nums}]"],
-    2: ["it evaluates to the target {target}",
-        "its numbers come from the given numbers [{nums}]",
-        "it uses only +, -, *, / and parentheses"],
-    3: ["it evaluates to the target {target}",
-        "each of the given numbers [{nums}] appears, exactly once, and no other number appears",
-        "it uses only +, -, *, / and parentheses"],
-    4: ["it is a single arithmetic expression, not an equation: it contains no '=' sign",
-        "it uses only the operators +, -, *, / and parentheses: no exponents, no other symbols",
-        "each of the given numbers [{nums}] appears exactly once: none missing, none repeated, "
-        "no number that is not given",
-        "computed exactly, it evaluates to the target {target}"],
-}
-TEMPLATES = tuple(sorted(_COUNTDOWN_CHECKS))
 
 
-def countdown_prompt(problem: CountdownProblem, answer: str, template: int = 1) -> str:
-  """The judge prompt for a Countdown answer, strictness `template` in 1..4."""
-  if template not in _COUNTDOWN_CHECKS:
-    raise ValueError(f"countdown judge template must be one of {TEMPLATES}, got {template}")
-  nums = ", ".join(str(n) for n in problem.nums)
-  checks = [c.format(target=problem.target, nums=nums) for c in _COUNTDOWN_CHECKS[template]]
-  lead = ("The answer is correct only if ALL of the following conditions hold; if any one "
-          "fails, it is incorrect:" if template == 4 else "The answer is correct if:")
-  listed = "\n".join(f"{k}. {c}" for k, c in enumerate(checks, 1))
-  return (f"You are the judge of a Countdown answer. Using the numbers [{nums}], the task was to "
-          f"write an arithmetic expression that equals {problem.target}.\n\n"
-          f"Candidate answer:\n{answer}\n\n{lead}\n{listed}\n\n{_VERDICT_INSTRUCTION}")
+@functools.lru_cache(maxsize=None)
+def _builtin_template(name: str, task: str) -> templates.JudgeTemplate:
+  return templates.load_template(name, tasks.get_task(task))  # read once per process
+
+
+def countdown_prompt(problem: Any, answer: str, template: int = 4) -> str:
+  """The judge prompt for a Countdown answer, strictness `template`: prompts/countdown_<n>.txt."""
+  return _builtin_template(f"countdown_{template}", "countdown").prompt(problem, answer)
 
 
 def integration_prompt(problem_latex: str, answer: str, definite: bool) -> str:
-  """The judge prompt for an integration answer: differentiate and compare."""
-  if definite:
-    how = ("Evaluate the integral yourself (or check the candidate value by a reliable method) "
-           "and compare the values.")
-  else:
-    how = ("Differentiate the candidate antiderivative and compare the result with the "
-           "integrand; ignore any constant of integration.")
-  return (f"You are the judge of an integration answer.\n\nProblem: ${problem_latex}$\n\n"
-          f"Candidate answer (SymPy syntax):\n{answer}\n\n{how}\n\n{_VERDICT_INSTRUCTION}")
+  """The judge prompt for an integration answer: differentiate (or evaluate) and compare."""
+  values = {"problem": problem_latex, templates.ANSWER: answer}
+  return _builtin_template("", "integration").render(
+      "definite" if definite else "indefinite", values)
 
 
 def parse_verdict(response: str) -> int | None:

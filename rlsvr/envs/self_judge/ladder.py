@@ -25,7 +25,8 @@ from typing import Any, Sequence
 import sympy
 
 from rlsvr.envs.base import SampleFn
-from rlsvr.envs.self_judge import countdown, integration, safe_math, workers
+from rlsvr.envs.self_judge import integration, safe_math, tasks, workers
+from rlsvr.model.tokenizer import encode_chat
 
 SEEDS = ("x**2", "x**3 - x", "sin(x)", "cos(x)", "exp(x)", "1/x", "1/(1 + x**2)", "x*exp(x)",
          "log(x)", "sqrt(x)", "x*sin(x)", "cos(x)**2", "1/sqrt(1 - x**2)", "tan(x)")
@@ -125,11 +126,9 @@ def filter_solved(
   """
   prompts = []
   for problem in problems:
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": integration.prompt(problem)}],
-                                        tokenize=True, add_generation_prompt=True)
-    prompts += [list(ids["input_ids"] if isinstance(ids, dict) else ids)] * samples_per_problem
+    prompts += [encode_chat(tokenizer, integration.prompt(problem))] * samples_per_problem
   completions = sample(prompts, max_new_tokens=max_new_tokens, **sampling)
-  answers = [countdown.extract_answer(tokenizer.decode(list(c.ids), skip_special_tokens=True))
+  answers = [tasks.extract_answer(tokenizer.decode(list(c.ids), skip_special_tokens=True))
              for c in completions]
   verdicts = integration.check_answers(
       [p for p in problems for _ in range(samples_per_problem)], answers, "sympy", pool=pool)

@@ -18,7 +18,8 @@ def test_defaults_and_schedule():
 
 
 @pytest.mark.parametrize("field,value", [
-    ("task", "chess"), ("group_size", 0), ("judge_template", 5), ("judge_sees", "all"),
+    ("task", "chess"), ("group_size", 0), ("judge_template", "countdown_5"),
+    ("judge_template", 4), ("judge_sees", "all"),
     ("judge_weights", "sometimes"), ("judge_delay_steps", 0), ("verifier_time_limit_s", 0.0),
 ])
 def test_validation(field, value):

@@ -63,9 +63,9 @@ def _judge(text, k):
 
 def test_countdown_rewards_metrics_and_records():
   tokenizer, judge_tokenizer = ByteTokenizer(), ShiftTokenizer(as_mapping=True)
-  config = SelfJudgeConfig(group_size=4, judge_template=4, sampling={"temperature": 0.9},
-                           judge_sampling={"temperature": 0.0}, policy_max_new_tokens=64,
-                           judge_max_new_tokens=32)
+  config = SelfJudgeConfig(group_size=4, judge_template="countdown_4",
+                           sampling={"temperature": 0.9}, judge_sampling={"temperature": 0.0},
+                           policy_max_new_tokens=64, judge_max_new_tokens=32)
   policy, judge = Scripted(tokenizer, _countdown_policy), Scripted(judge_tokenizer, _judge)
   env = SelfJudgeEnv(config, tokenizer, judge_sample=judge, judge_tokenizer=judge_tokenizer)
   batch = env.play(PROBLEMS, policy, np.random.default_rng(0), step=7)

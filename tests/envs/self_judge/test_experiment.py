@@ -1,10 +1,14 @@
-"""Experiment glue: RLSR through the trainer, judge schedules, problem sources."""
+"""RLSR through the trainer: the judge schedules and their checkpoints, config checks."""
 import os
 
 import numpy as np
 import pytest
 
-from rlsvr import checkpoint, experiment, metrics, train
+import dataclasses
+
+from rlsvr import checkpoint, metrics, train
+from rlsvr.envs import registry
+from rlsvr.envs.self_judge import experiment
 
 
 def rlsr_smoke(variant: str = "", steps: int = 2):
@@ -19,14 +23,14 @@ def test_rlsr_delayed_judge_is_checkpointed_and_restored(tmp_path, monkeypatch):
   import jax
 
   built, initial = [], []
-  build = experiment.build
+  spec = registry.get("rlsr")
 
-  def spy_on_build(c, tokenizer, model_config, params, mesh):
-    initial.append(jax.tree.map(np.asarray, params))
-    built.append(build(c, tokenizer, model_config, params, mesh))
+  def spy_on_build(ctx):
+    initial.append(jax.tree.map(np.asarray, ctx.initial_params))
+    built.append(spec.build(ctx))
     return built[-1]
 
-  monkeypatch.setattr(experiment, "build", spy_on_build)
+  monkeypatch.setitem(registry._REGISTRY, "rlsr", dataclasses.replace(spec, build=spy_on_build))
   workdir = str(tmp_path / "run")
   c = rlsr_smoke("delayed", steps=2)
   c.rlsr.judge_delay_steps = 2  # the copy at step 2 is the policy after step 1's update
@@ -35,8 +39,8 @@ def test_rlsr_delayed_judge_is_checkpointed_and_restored(tmp_path, monkeypatch):
   assert [r["step"] for r in records] == [1, 2]
   assert "self_judge/true_reward" in records[-1] and "self_judge/format_rate" in records[-1]
   ckpts = os.path.join(workdir, "checkpoints")
-  assert not os.path.isdir(os.path.join(ckpts, "1", "judge"))
-  assert os.path.isdir(os.path.join(ckpts, "2", "judge"))
+  assert not os.path.isdir(os.path.join(ckpts, "1", "models"))
+  assert os.path.isdir(os.path.join(ckpts, "2", "models"))
   _, _, policy_at_1 = checkpoint.restore_params(ckpts, 1)
   _, _, policy_at_2 = checkpoint.restore_params(ckpts, 2)
   same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a),
@@ -59,14 +63,14 @@ def test_only_delayed_judge_copies_are_checkpointed():
   exp = experiment.SelfJudgeExperiment.__new__(experiment.SelfJudgeExperiment)
   exp.judge_params = {"w": np.zeros(2)}
   exp.schedule = JudgeSchedule("delayed", delay_steps=3)
-  assert exp.judge_state(2) is None and exp.judge_state(3) is exp.judge_params
+  assert exp.model_state(2) == {} and exp.model_state(3)["judge"] is exp.judge_params
   for mode in ("fixed", "online"):  # initial weights are rebuilt, online ones are the policy's
     exp.schedule = JudgeSchedule(mode)
-    assert exp.judge_state(100) is None
+    assert exp.model_state(100) == {}
 
 
 @pytest.mark.parametrize("key,value,match", [
-    ("rlsr.judge_template", 7, "rlsr"),
+    ("rlsr.judge_template", "countdown_7", "rlsr"),
     ("rlsr.problems_per_step", 0, "problems_per_step"),
     ("judge.source", "smollm2", "fixed"),
 ])
@@ -76,17 +80,3 @@ def test_bad_rlsr_configs(key, value, match):
   setattr(c[section], name, value)
   with pytest.raises(ValueError, match=match):
     train.check_config(c)
-
-
-def test_countdown_problem_sources(tmp_path):
-  c = rlsr_smoke()
-  c.data.limit = 5
-  generated = experiment.rlsr_problems(c)
-  assert len(generated) == 5 and generated == experiment.rlsr_problems(c)  # seeded
-  path = tmp_path / "cd.jsonl"
-  path.write_text('{"target": 24, "nums": [4, 6, 1]}\n{"target": 10, "nums": [5, 2, 3]}\n')
-  c.data.source = str(path)
-  assert [p.target for p in experiment.rlsr_problems(c)] == [24, 10]
-  c.data.source = "nowhere"
-  with pytest.raises(ValueError, match="data.source"):
-    experiment.rlsr_problems(c)

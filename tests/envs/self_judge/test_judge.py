@@ -9,8 +9,7 @@ PROBLEM = CountdownProblem((3, 5, 7, 2), 24)
 
 
 def test_countdown_templates_grow_stricter():
-  prompts = [judge.countdown_prompt(PROBLEM, "7*3+5-2", t) for t in judge.TEMPLATES]
-  assert judge.TEMPLATES == (1, 2, 3, 4)
+  prompts = [judge.countdown_prompt(PROBLEM, "7*3+5-2", t) for t in (1, 2, 3, 4)]
   for text in prompts:
     assert "[3, 5, 7, 2]" in text and "24" in text and "7*3+5-2" in text
     assert "\\boxed{1}" in text and "\\boxed{0}" in text
