@@ -3,6 +3,7 @@
 Not a runnable config by itself: `spy_*.py` and `rlsr_*.py` build on it.
 """
 import ml_collections
+from ml_collections.config_dict import placeholder
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -17,6 +18,9 @@ def base_config() -> ml_collections.ConfigDict:
   # results (model, data, optimizer, game, judge, ...) differs from the checkpoint's run;
   # True continues anyway (the differing keys are printed).
   c.resume_with_changes = False
+  # Comma-separated modules imported first: plug-ins that register an environment, an RLSR
+  # task, a policy loss or an advantage estimator (see the README's "Extending").
+  c.plugins = ""
 
   c.model = ml_collections.ConfigDict()
   # "smollm2" (bundled SmolLM2-135M-Instruct), "hub:<org/name>" (HF hub, needs network),
@@ -29,6 +33,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.compute_dtype = "bfloat16"
   # "" (the model directory's tokenizer) or "qwen3" (the offline-built Qwen3 tokenizer).
   c.model.tokenizer = ""
+  # Qwen3's hybrid thinking (the chat template's `enable_thinking`): unset keeps the
+  # template's default (Qwen3: thinking on); False / True switch it for every prompt.
+  c.model.enable_thinking = placeholder(bool)
 
   c.data = ml_collections.ConfigDict()
   c.data.source = "hub"  # "hub" (the task's dataset), "bundled", a hub name, or a local file.
@@ -59,8 +66,21 @@ def base_config() -> ml_collections.ConfigDict:
   c.grpo.kl_coef = 0.001  # KL loss coefficient (paper: low_var_kl 0.001); 0: no reference.
   c.grpo.kl_kind = "low_var_kl"  # k1 | abs | k2/mse | k3/low_var_kl.
   c.grpo.entropy_coef = 0.0  # Entropy bonus (paper: 0).
+  # Policy loss by name (rlsvr.rl.losses): vanilla (PPO clip + dual clip) | gspo (sequence
+  # ratio; paper clips clip_low=3e-4, clip_high=4e-4) | cispo (clipped IS weight * logp).
+  c.grpo.policy_loss = "vanilla"
   c.grpo.agg_mode = "token-mean"  # verl loss_agg_mode.
+  # TRL's loss_type, replacing agg_mode when set: grpo (seq-mean-token-mean) | dapo, bnpo
+  # (token-mean) | dr_grpo (seq-mean-token-sum-norm / loss_scale_factor, which it needs).
+  c.grpo.loss_type = ""
+  c.grpo.loss_scale_factor = 0.0  # seq-mean-token-sum-norm divisor (max length); 0: the bucket.
+  # Advantage estimator (rlsvr.rl.advantages): grpo | rloo | reinforce_plus_plus_baseline.
+  c.grpo.advantage = "grpo"
   c.grpo.norm_adv_by_std = True  # GRPO: divide group-centred rewards by the group std.
+  # DAPO overlong shaping: completions beyond max length - overlong_buffer tokens lose up to
+  # overlong_penalty_factor of reward (linearly, all of it at the limit); 0: off.
+  c.grpo.overlong_buffer = 0
+  c.grpo.overlong_penalty_factor = 1.0
   # Rows per forward/backward over all devices (0: the whole batch at once). 8 is one row
   # per device of an 8-GPU node: at the paper's lengths a micro-batch's activations, not
   # the weights, are what decide whether a step fits (`python -m rlsvr.plan`).

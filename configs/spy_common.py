@@ -10,9 +10,9 @@ Variants (comma-separated, e.g. `configs/spy_summ.py:cpu,sequential`):
   bundled     the bundled corpus instead of the hub dataset
 """
 import ml_collections
+from ml_collections.config_dict import placeholder
 
 from configs.base import base_config, run_locally
-from rlsvr.envs.spy.config import SpyGameConfig
 
 VARIANTS = ("cpu", "smoke", "sequential", "no_spy", "released", "bundled")
 
@@ -22,32 +22,33 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   unknown = [v for v in variants if v not in VARIANTS]
   if unknown:
     raise ValueError(f"unknown variant(s) {unknown}; known: {VARIANTS}")
-  game_variant = ("sequential" if "sequential" in variants else
-                  "no_spy" if "no_spy" in variants else "parallel")
-  game = SpyGameConfig.for_task(task, game_variant)
 
   c = base_config()
   c.env = "spy"  # Which environment plays the steps.
   c.spy = ml_collections.ConfigDict()
-  c.spy.task = game.task  # summarisation | writing | math.
-  c.spy.variant = game.variant  # parallel | sequential | no_spy.
+  c.spy.task = task  # summarisation | writing | math.
+  c.spy.variant = ("sequential" if "sequential" in variants else
+                   "no_spy" if "no_spy" in variants else "parallel")  # parallel|sequential|no_spy
   c.spy.games_per_step = 128  # Games per step (paper: 128), one per source document.
-  c.spy.num_players = game.num_players  # Players per game.
-  c.spy.rollout_n = game.rollout_n  # Detectors per game (paper: 8; math 4).
-  c.spy.mask_fraction = game.mask_fraction  # Share of the spy's characters masked.
-  c.spy.truncate_words = game.truncate_words  # Inputs cut to their first N words.
-  c.spy.rounds = game.rounds  # Times every player writes.
-  c.spy.spy_view = game.spy_view  # masked | none (sequential writing/math).
-  c.spy.vote_pick = game.vote_pick  # Which \boxed{} is the vote: last | first.
+  # Unset (None) keys take the defaults of spy.task and spy.variant when the run starts
+  # (`rlsvr.envs.spy.config.SpyGameConfig.for_task`), so `--config.spy.variant=sequential`
+  # gets the sequential game's settings; set one to override it.
+  c.spy.num_players = placeholder(int)  # Players per game (4 summarisation, 5 otherwise).
+  c.spy.rollout_n = placeholder(int)  # Detectors per game (paper: 8; math 4).
+  c.spy.mask_fraction = placeholder(float)  # Share of the spy's characters masked.
+  c.spy.truncate_words = placeholder(int)  # Inputs cut to their first N words.
+  c.spy.rounds = 1  # Times every player writes.
+  c.spy.spy_view = placeholder(str)  # masked | none (sequential writing/math).
+  c.spy.vote_pick = "last"  # Which \boxed{} is the vote: last | first.
   c.spy.detection_reward = "released" if "released" in variants else "paper"  # paper | released.
-  c.spy.beta = game.beta  # Performance reward: spy-vs-civilian coefficient.
-  c.spy.lam = game.lam  # Performance reward: civilian-spread coefficient.
-  c.spy.baseline_momentum = game.baseline_momentum  # Role-baseline EMA momentum.
+  c.spy.beta = 0.1  # Performance reward: spy-vs-civilian coefficient.
+  c.spy.lam = 0.1  # Performance reward: civilian-spread coefficient.
+  c.spy.baseline_momentum = 0.9  # Role-baseline EMA momentum.
   # pre_update: subtract the EMA from before this step (unbiased); released: update, then
   # subtract (the released code's order; the `released` variant).
-  c.spy.baseline_order = "released" if "released" in variants else game.baseline_order
-  c.spy.training_phase = game.training_phase  # interactive | clue | decision.
-  c.spy.cycle_length = game.cycle_length  # Steps per phase when interactive.
+  c.spy.baseline_order = "released" if "released" in variants else "pre_update"
+  c.spy.training_phase = placeholder(str)  # interactive | clue | decision (no_spy: clue).
+  c.spy.cycle_length = 1  # Steps per phase when interactive.
   c.spy.joint = False  # Train players and detectors every step.
   c.spy.player_max_new_tokens = 4096  # Response length (paper: 4096).
   c.spy.detector_max_new_tokens = 4096
@@ -71,7 +72,7 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.sampling.temperature = 0.7  # A 135M model writes noticeably better below 1.0.
     c.spy.games_per_step = 2
     c.spy.rollout_n = 2
-    c.spy.truncate_words = min(game.truncate_words, 80)
+    c.spy.truncate_words = 80
     c.spy.player_max_new_tokens = 48
     c.spy.detector_max_new_tokens = 32
     # SmolLM2-135M never writes `Answer:` or a `\boxed{}` vote within these budgets by itself

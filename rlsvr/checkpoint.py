@@ -1,10 +1,11 @@
 """Orbax checkpoints of a training run: train state, environment state, run metadata.
 
 Layout under `workdir/checkpoints/<step>/`:
-  state/      params, optimizer state, step and RNG (sharded arrays, tensorstore)
+  state/      params, optimizer state and step (sharded arrays, tensorstore)
   env/        the environment's JSON state (e.g. role baselines)
   meta/       JSON: the model config (HF config.json dict) and the run config
-  judge/      RLSR only, when the judge holds a delayed copy of the policy
+  models/     weights of extra models the environment asks to keep (e.g. a judge that
+              holds a delayed copy of the policy), by name
 
 The frozen reference weights are not saved: they are the initial weights and
 are rebuilt from the model source on resume. Orbax writes each step to a
@@ -26,17 +27,17 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 
 from rlsvr.model.config import ModelConfig
 from rlsvr.rl.train_step import TrainState
 
 
 def _saveable(state: TrainState) -> dict[str, Any]:
-  return {"step": state.step, "params": state.params, "opt_state": state.opt_state,
-          "rng": jax.random.key_data(state.rng)}
+  return {"step": state.step, "params": state.params, "opt_state": state.opt_state}
 
 
-_ITEMS = ("state", "env", "meta", "judge")
+_ITEMS = ("state", "env", "meta", "models")
 
 
 class Checkpointer:
@@ -53,21 +54,23 @@ class Checkpointer:
     return self.manager.latest_step()
 
   def save(self, step: int, state: TrainState, env_state: dict[str, Any],
-           meta: dict[str, Any], judge_params=None) -> None:
+           meta: dict[str, Any], models: dict[str, Any] | None = None) -> None:
+    """`models`: extra weights by name (`Experiment.model_state`), saved when not empty."""
     items = dict(state=ocp.args.StandardSave(_saveable(state)),
                  env=ocp.args.JsonSave(env_state), meta=ocp.args.JsonSave(meta))
-    if judge_params is not None:
-      items["judge"] = ocp.args.StandardSave(judge_params)
+    if models:
+      items["models"] = ocp.args.StandardSave(dict(models))
     self.manager.save(step, args=ocp.args.Composite(**items))
 
-  def restore_judge(self, step: int, like):
-    """The judge weights saved at `step` (shaped and sharded like `like`), or None."""
-    if "judge" not in self.manager.item_metadata(step):
-      return None
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+  def restore_models(self, step: int, like: dict[str, Any]) -> dict[str, Any]:
+    """The extra models saved at `step`, shaped and sharded like `like` (name -> weights,
+    e.g. `Experiment.model_state(step)` of a freshly built experiment); {} when none."""
+    if not like or "models" not in self.manager.item_metadata(step):
+      return {}
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, dict(like))
     restored = self.manager.restore(step, args=ocp.args.Composite(
-        judge=ocp.args.StandardRestore(abstract)))
-    return restored["judge"]
+        models=ocp.args.StandardRestore(abstract)))
+    return dict(restored["models"])
 
   def wait(self) -> None:
     self.manager.wait_until_finished()
@@ -115,13 +118,18 @@ class Checkpointer:
 
   def _restore_step(self, state: TrainState, step: int):
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _saveable(state))
+    saved = ocp.StandardCheckpointHandler().metadata(
+        epath.Path(self.directory) / str(step) / "state")
+    if "rng" in saved:  # Written when TrainState still held an (unused) key: read, dropped.
+      abstract["rng"] = jax.ShapeDtypeStruct(saved["rng"].shape, saved["rng"].dtype,
+                                             sharding=abstract["step"].sharding)
     restored = self.manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract),
         env=ocp.args.JsonRestore(),
         meta=ocp.args.JsonRestore()))
     s = restored["state"]
     state = dataclasses.replace(state, step=s["step"], params=s["params"],
-                                opt_state=s["opt_state"], rng=jax.random.wrap_key_data(s["rng"]))
+                                opt_state=s["opt_state"])
     return state, dict(restored["env"]), dict(restored["meta"])
 
   def close(self) -> None:

@@ -10,14 +10,13 @@ import sys
 import time
 from typing import Any, Mapping
 
-from rlsvr.envs.base import EpisodeBatch
+from rlsvr.rl.rollout import EpisodeBatch
 
-# Console columns: (metric, label, format). Missing metrics are skipped.
-_CONSOLE = (("phase", "phase", "{}"), ("reward/mean", "reward", "{:+.3f}"),
-            ("actor/kl", "kl", "{:.4f}"), ("actor/pg_loss", "pg", "{:+.3f}"),
-            ("spy/detect_acc", "detect", "{:.2f}"), ("self_judge/true_reward", "true", "{:.2f}"),
-            ("self_judge/judge_acc", "judge", "{:.2f}"),
-            ("perf/tokens_per_s", "tok/s", "{:.0f}"), ("perf/step_s", "s/step", "{:.1f}"))
+# Console columns: (metric, label, format); the environment's own go between the two.
+# Missing metrics are skipped.
+_CONSOLE_HEAD = (("phase", "phase", "{}"), ("reward/mean", "reward", "{:+.3f}"),
+                 ("actor/kl", "kl", "{:.4f}"), ("actor/pg_loss", "pg", "{:+.3f}"))
+_CONSOLE_TAIL = (("perf/tokens_per_s", "tok/s", "{:.0f}"), ("perf/step_s", "s/step", "{:.1f}"))
 
 
 def _scalar(v: Any) -> float | None:
@@ -34,13 +33,15 @@ class MetricsWriter:
   `enabled=False` (every process but the first of a multi-host run) writes nothing.
   """
 
-  def __init__(self, workdir: str, total_steps: int, *, tensorboard: bool = True,
+  def __init__(self, workdir: str, total_steps: int, *,
+               console: tuple[tuple[str, str, str], ...] = (), tensorboard: bool = True,
                wandb_project: str = "", run_config: Mapping[str, Any] | None = None,
-               stream=sys.stdout, enabled: bool = True):
+               stream=None, enabled: bool = True):
     self.workdir = workdir
     self.total_steps = total_steps
-    self.stream = stream
+    self.stream = stream or sys.stdout  # Looked up now: a redirected stdout is honoured.
     self.enabled = enabled
+    self.columns = (*_CONSOLE_HEAD, *console, *_CONSOLE_TAIL)
     if not enabled:
       return
     self.jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
@@ -81,7 +82,7 @@ class MetricsWriter:
     per_step = (time.time() - self.start) / max(done, 1)
     eta = per_step * (self.total_steps - step)
     parts = [f"step {step}/{self.total_steps}"]
-    for key, label, fmt in _CONSOLE:
+    for key, label, fmt in self.columns:
       if record.get(key) is not None:
         parts.append(f"{label} {fmt.format(record[key])}")
     parts.append(f"eta {eta / 60:.1f}m")
@@ -144,26 +145,23 @@ def rewind(workdir: str, step: int) -> None:
             writer.add_scalar(k, v, r["step"], walltime=r.get("time"))
 
 
-# Curves worth a picture, by environment; each panel shows the keys that exist.
-PLOT_PANELS = (
-    ("reward", ("reward/mean",)),
-    ("detection / judge accuracy", ("spy/detect_acc", "self_judge/judge_acc",
-                                    "self_judge/true_reward", "self_judge/judge_tpr",
-                                    "self_judge/judge_tnr")),
-    ("KL to reference", ("actor/kl",)),
-    ("response length", ("response_length/mean",)),
-)
+# Curves worth a picture; an environment adds its own panels after the reward. Each panel
+# shows the keys that exist.
+PLOT_HEAD = (("reward", ("reward/mean",)),)
+PLOT_TAIL = (("KL to reference", ("actor/kl",)), ("response length", ("response_length/mean",)))
 
 
-def plot_curves(workdir: str, out_name: str = "curves.png") -> str | None:
-  """Plots reward and accuracy curves of `workdir/metrics.jsonl` to a PNG; returns its path."""
+def plot_curves(workdir: str, out_name: str = "curves.png",
+                panels: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> str | None:
+  """Plots the curves of `workdir/metrics.jsonl` to a PNG (`panels`: the environment's, as
+  (title, metric keys)); returns its path, or None when nothing is plottable."""
   import matplotlib  # noqa: PLC0415
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415
 
   records = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
   panels = [(title, [k for k in keys if any(r.get(k) is not None for r in records)])
-            for title, keys in PLOT_PANELS]
+            for title, keys in (*PLOT_HEAD, *panels, *PLOT_TAIL)]
   panels = [(t, ks) for t, ks in panels if ks]
   if not records or not panels:
     return None

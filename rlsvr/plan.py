@@ -17,8 +17,9 @@ from typing import Any
 
 from rlsvr.model.attention import DEFAULT_BLOCK
 from rlsvr.model.config import PRESETS, ModelConfig, preset
-from rlsvr.plan_costs import (MESH_AXES, Component, Estimates, batch_bucket, calls_and_steps,
-                              param_bytes, sample_phase, train_activations)
+from rlsvr.envs import registry
+from rlsvr.plan_costs import (MESH_AXES, Component, Estimates, batch_bucket, param_bytes,
+                              sample_phase, train_activations)
 
 GIB = 2**30
 _ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -142,7 +143,7 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
   """The per-device memory plan of config `c` on `num_devices` devices (none needed here)."""
   from rlsvr.rl.logprobs import chunk_len  # noqa: PLC0415
 
-  m, judge_m = model_config_of(c.model.source), None
+  m = model_config_of(c.model.source)
   sizes = mesh_sizes(dict(c.mesh.shape), num_devices)
   # pb: the compute dtype (sampler copy, reference, judge, activations); masters in param_dtype.
   compute, master = c.model.compute_dtype, c.model.param_dtype
@@ -156,37 +157,40 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
            res("AdamW mu + nu (float32)", 2 * f32_bytes)]
   if c.grpo.kl_coef > 0:
     comps.append(res(f"reference params ({compute})"))
-  if c.env == "rlsr" and c.judge.source:
-    judge_m = model_config_of(c.judge.source)
-    comps.append(res(f"judge params {c.judge.source}", *param_bytes(judge_m, sizes, pb)))
-  elif c.env == "rlsr":  # The experiment keeps the initial weights (or a delayed copy).
-    comps.append(res(f"judge params (policy copy, {c.rlsr.judge_weights})"))
-  else:  # init_train_state copies the loaded params while they are still alive.
+  registry.import_plugins(c)
+  env = registry.get(c.env).plan(c, estimates)
+  models = {"": m}  # The sampler's model of each call: the policy or an extra model.
+  for name, source in env.extra_models.items():
+    models[name] = model_config_of(source) if source else m
+    comps.append(res(f"{name} params ({source or 'a copy of the policy'})",
+                     *param_bytes(models[name], sizes, pb)))
+  if not env.extra_models:  # init_train_state copies the loaded params while they are alive.
     comps.append(Component("init", "loaded params during init_train_state", master_bytes, how))
   # Weights split over the mesh are all-gathered where used: count the embedding (+ head)
   # and one layer whole. Which of them XLA holds at once is its choice: an estimate.
   embed = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
   gathered = embed + (n_params - embed) // m.num_layers if nb * t > 1 else 0
 
-  notes: list[str] = []
-  calls, steps = calls_and_steps(c, estimates, notes)
+  notes = list(env.notes)
   overrides = dict(estimates.prompt_tokens)
-  if set(overrides) - {call[0] for call in calls}:
-    raise ValueError(f"--prompt_tokens names {sorted(overrides)}; calls: {[x[0] for x in calls]}")
-  prompt_len = {name: overrides.get(name, p) for name, _, p, _, _, _ in calls}
-  for name, rows, _, new, is_judge, per_prompt in calls:
-    mm = (judge_m or m) if is_judge else m
-    phase_comps = sample_phase(name, rows, prompt_len[name], new, mm, pb, nb, t,
-                               gathered if mm is m else 0, DEFAULT_BLOCK,
+  if set(overrides) - {call.name for call in env.calls}:
+    raise ValueError(f"--prompt_tokens names {sorted(overrides)}; calls: "
+                     f"{[call.name for call in env.calls]}")
+  prompt_len = {call.name: overrides.get(call.name, call.prompt_tokens) for call in env.calls}
+  for call in env.calls:
+    mm = models[call.model]
+    phase_comps = sample_phase(call.name, call.rows, prompt_len[call.name], call.new_tokens, mm,
+                               pb, nb, t, gathered if mm is m else 0, DEFAULT_BLOCK,
                                max_rows=c.sampling.max_rows,
                                max_cache_tokens=c.sampling.max_cache_tokens,
-                               per_prompt=per_prompt)
+                               per_prompt=call.rows_per_prompt)
     if copies:  # Made once per step; alive while the step plays.
       phase_comps.append(Component(phase_comps[0].phase, f"policy weights for the sampler "
                                    f"({compute} copy)", p_bytes, how))
     comps += phase_comps
   mb_cfg = c.grpo.micro_batch_size
-  for name, rows, prompts_of, new in steps:
+  for name, rows, prompts_of, new in ((p.name, p.rows, p.calls, p.completion_tokens)
+                                      for p in env.phases):
     p, cl = batch_bucket(max(prompt_len[call] for call in prompts_of)), batch_bucket(new)
     multiple = math.lcm(mb_cfg, nb) if mb_cfg else nb
     b = -(-rows // multiple) * multiple
@@ -279,7 +283,7 @@ if __name__ == "__main__":
   flags.DEFINE_float("mem_fraction", None, "Usable share (GPU default: env or 0.75).")
   flags.DEFINE_float("tokens_per_word", Estimates.tokens_per_word, "Tokens per word of prose.")
   flags.DEFINE_integer("template_tokens", Estimates.template_tokens, "Prompt template tokens.")
-  flags.DEFINE_integer("output_tokens", 0, "Spy: public output tokens per player (0: max).")
-  flags.DEFINE_list("prompt_tokens", [], "Prompt tokens per sampler call, e.g. detectors=9000.")
+  flags.DEFINE_integer("output_tokens", 0, "Public output tokens per player turn (0: max).")
+  flags.DEFINE_list("prompt_tokens", [], "Prompt tokens per sampler call by name, e.g. policy=900.")
   flags.mark_flag_as_required("config")
   app.run(main)

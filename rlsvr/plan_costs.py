@@ -1,6 +1,6 @@
 """What each part of a training step costs in device memory: the planner's arithmetic.
 
-Exact: parameter bytes from `rlsvr.parallel`'s rules on an abstract mesh, KV caches
+Exact: parameter bytes from the parameter table's rule (`rlsvr.model.params`) on an abstract mesh, KV caches
 from the sampler's buckets. Estimates (marked so in the plan): prompt lengths and
 activations. Attention is blocked (`rlsvr.model.attention`): its working set is
 rows x heads x block x S, never T x S. `rlsvr.plan` assembles these into a plan.
@@ -18,14 +18,14 @@ MESH_AXES = ("data", "fsdp", "tensor")  # As rlsvr.parallel (imported lazily: it
 
 @functools.lru_cache(maxsize=None)
 def _param_elems(config: ModelConfig, sizes: tuple[int, ...]) -> dict[str, int]:
-  """Per-device parameter elements by sharding axes ("" = replicated), by `parallel.spec_for`."""
+  """Per-device parameter elements by sharding axes ("" = replicated), by
+  `rlsvr.model.params.spec_for`."""
   import jax  # noqa: PLC0415
-  from rlsvr import parallel  # noqa: PLC0415
-  from rlsvr.model import hf, qwen3  # noqa: PLC0415
+  from rlsvr.model import params as params_lib, qwen3  # noqa: PLC0415
 
   mesh, elems = jax.sharding.AbstractMesh(sizes, MESH_AXES), {}
-  for path, leaf in hf.flatten(qwen3.abstract_params(config)).items():
-    spec = parallel.spec_for(path, leaf.shape, mesh)
+  for path, leaf in params_lib.flatten(qwen3.abstract_params(config)).items():
+    spec = params_lib.spec_for(path, leaf.shape, mesh)
     axes = [a for entry in spec if entry for a in (entry if isinstance(entry, tuple) else (entry,))]
     key = "·".join(f"{a}{mesh.shape[a]}" for a in axes)
     elems[key] = elems.get(key, 0) + leaf.size // math.prod(mesh.shape[a] for a in axes)
@@ -46,7 +46,7 @@ class Estimates:
 
   tokens_per_word: float = 1.4  # English prose under the Qwen / Llama tokenizers.
   template_tokens: int = 512  # Instructions and chat template around a prompt's content.
-  output_tokens: int = 0  # A spy player's public output in later prompts; 0: the max length.
+  output_tokens: int = 0  # A game player's public output in later prompts; 0: the max length.
   prompt_tokens: tuple[tuple[str, int], ...] = ()  # Overrides per sampler call, by name.
 
 
@@ -61,57 +61,20 @@ class Component:
 
 def sampler_bucket(n: int, kind: str) -> int:
   """The padded size the sampler compiles for ("batch", "prompt" or "new_tokens")."""
-  from rlsvr.sampling.layout import Buckets  # noqa: PLC0415 (rlsvr.sampling imports jax)
+  from rlsvr.sampling.layout import Buckets  # noqa: PLC0415
 
   return Buckets.pick(n, getattr(Buckets(), kind), kind)
 
 
 def batch_bucket(n: int) -> int:
   """The padded prompt / completion length of a train batch (`rlsvr.rl.batch`)."""
-  from rlsvr.rl.batch import bucket  # noqa: PLC0415
+  from rlsvr.sampling.layout import length_bucket  # noqa: PLC0415
 
-  return bucket(n)
+  return length_bucket(n)
 
 
 def _split(n: int, size: int) -> int:  # A dimension is split only when the axis divides it.
   return n // size if size > 1 and n % size == 0 else n
-
-
-def calls_and_steps(c, est: Estimates, notes: list[str]):
-  """Sampler calls (name, rows, prompt tokens, new tokens, judge?, rows per prompt) and train
-  phases (name, rows, the calls whose prompts it trains on, completion tokens) of a step."""
-  if c.env == "spy":
-    s = c.spy
-    out = min(est.output_tokens or s.player_max_new_tokens, s.player_max_new_tokens)
-    doc = math.ceil(s.truncate_words * est.tokens_per_word)
-    seq = s.variant == "sequential"
-    earlier = ((s.num_players - 1) * out if seq else 0) + (s.rounds - 1) * s.num_players * out
-    player_p = est.template_tokens + doc + earlier
-    detector_p = est.template_tokens + doc + s.rounds * s.num_players * out
-    notes.append(f"spy prompts: document = truncate_words {s.truncate_words} x "
-                 f"{est.tokens_per_word} tokens/word = {doc}; template {est.template_tokens}; "
-                 f"public output {out} tokens per player (--output_tokens)")
-    calls = [("players", s.games_per_step * (1 if seq else s.num_players), player_p,
-              s.player_max_new_tokens, False, 1),
-             ("detectors", s.games_per_step * s.rollout_n, detector_p,
-              s.detector_max_new_tokens, False, s.rollout_n)]
-    clue = ("clue", s.games_per_step * s.num_players * s.rounds, ("players",),
-            s.player_max_new_tokens)
-    decide = ("decision", s.games_per_step * s.rollout_n, ("detectors",), s.detector_max_new_tokens)
-    if s.joint:
-      steps = [("joint", clue[1] + decide[1], ("players", "detectors"), max(clue[3], decide[3]))]
-    else:
-      phase = "clue" if s.variant == "no_spy" else s.training_phase
-      steps = [st for st in (clue, decide) if phase in ("interactive", st[0])]
-    return calls, steps
-  r = c.rlsr
-  rows = r.problems_per_step * r.group_size
-  judge_p = est.template_tokens + r.policy_max_new_tokens
-  notes.append(f"rlsr prompts: policy = template {est.template_tokens}; judge = template + a "
-               f"whole response ({r.policy_max_new_tokens}: one answer without <answer> suffices)")
-  calls = [("policy", rows, est.template_tokens, r.policy_max_new_tokens, False, r.group_size),
-           ("judge", rows, judge_p, r.judge_max_new_tokens, True, 1)]
-  return calls, [("policy", rows, ("policy",), r.policy_max_new_tokens)]
 
 
 def _layer_terms(m: ModelConfig, t: int):

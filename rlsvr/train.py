@@ -26,8 +26,8 @@ FLAGS = flags.FLAGS
 
 def check_config(c) -> None:
   """Fails on impossible settings before anything heavy is loaded, naming the key."""
-  from rlsvr import experiment  # noqa: PLC0415
-  from rlsvr.rl.train_step import DTYPES  # noqa: PLC0415
+  from rlsvr.envs import registry  # noqa: PLC0415
+  from rlsvr.rl.config import DTYPES  # noqa: PLC0415
 
   problems = []
   for key in ("param_dtype", "compute_dtype"):
@@ -39,12 +39,13 @@ def check_config(c) -> None:
     problems.append(f"checkpoint.every={c.checkpoint.every} must be >= 1")
   if problems:
     raise ValueError("bad config: " + "; ".join(problems))
-  experiment.check(c)
+  registry.import_plugins(c)  # First: they may register the names the checks look up.
+  registry.get(c.env).check(c)
   grpo_config(c)
 
 
 def grpo_config(c):
-  from rlsvr.rl.train_step import GRPOConfig  # noqa: PLC0415
+  from rlsvr.rl.config import GRPOConfig  # noqa: PLC0415
 
   # The update scores tokens under the distribution they were sampled from.
   temperature = c.sampling.temperature if c.sampling.temperature > 0 else 1.0
@@ -61,7 +62,8 @@ def train(c, workdir: str) -> dict[str, Any]:
   import jax  # noqa: PLC0415
   import numpy as np  # noqa: PLC0415
 
-  from rlsvr import checkpoint, experiment, metrics, parallel, plan  # noqa: PLC0415
+  from rlsvr import checkpoint, metrics, parallel, plan, seeding  # noqa: PLC0415
+  from rlsvr.envs import registry  # noqa: PLC0415
   from rlsvr.model import sources  # noqa: PLC0415
   from rlsvr.model.tokenizer import stop_ids  # noqa: PLC0415
   from rlsvr.rl import batch as batching, filtering  # noqa: PLC0415
@@ -86,10 +88,12 @@ def train(c, workdir: str) -> dict[str, Any]:
       c.model.source, dtype=c.model.param_dtype, mesh=mesh if mesh.size > 1 else None,
       seed=c.seed, tokenizer=c.model.tokenizer)
   gcfg = grpo_config(c)
-  state = init_train_state(model_config, gcfg, params, seed=c.seed)
-  # The state holds its own copy of the masters; a judge of the policy's kind keeps the
-  # initial weights in the compute dtype (not an alias of the masters, which are donated).
-  exp = experiment.build(c, tokenizer, model_config, cast_params(params, gcfg.dtype), mesh)
+  state = init_train_state(model_config, gcfg, params)
+  # The state holds its own copy of the masters; an environment may keep the initial
+  # weights in the compute dtype (e.g. a fixed judge): a copy, as the masters are donated.
+  env_spec = registry.get(c.env)
+  exp = env_spec.build(registry.BuildContext(c, tokenizer, model_config,
+                                             cast_params(params, gcfg.dtype), mesh))
   del params
 
   ckpt = checkpoint.Checkpointer(workdir, keep=c.checkpoint.keep)
@@ -106,16 +110,16 @@ def train(c, workdir: str) -> dict[str, Any]:
       log("resuming with changed config keys:\n  " + "\n  ".join(changes))
     # The stream position is part of the state: resume continues with the same items.
     exp.load_state_dict(exp_state, start)
-    compute_like = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, gcfg.dtype, sharding=x.sharding), state.params)
-    exp.load_judge_state(ckpt.restore_judge(start, compute_like))
+    # A fresh experiment's extra models at `start` are the templates of the saved ones.
+    exp.load_model_state(ckpt.restore_models(start, exp.model_state(start)))
     log(f"resumed from step {start} in {ckpt.directory}")
   if lead:  # What a killed run logged after its last checkpoint is played again: drop it.
     metrics.rewind(workdir, start)
 
   sampler = Sampler(model_config, eos_ids=stop_ids(model_config, tokenizer), tokenizer=tokenizer,
                     max_rows=c.sampling.max_rows, max_cache_tokens=c.sampling.max_cache_tokens)
-  writer = metrics.MetricsWriter(workdir, c.steps, tensorboard=c.log.tensorboard,
+  writer = metrics.MetricsWriter(workdir, c.steps, console=env_spec.console,
+                                 tensorboard=c.log.tensorboard,
                                  wandb_project=c.log.wandb_project, run_config=c.to_dict(),
                                  enabled=lead)
   rollouts = metrics.RolloutWriter(workdir, enabled=lead)
@@ -135,7 +139,7 @@ def train(c, workdir: str) -> dict[str, Any]:
 
       def sample(prompts, **kw):
         # A key per (seed, step, call): a resumed run samples what an uninterrupted one would.
-        seed = (c.seed * 1_000_003 + step) * 64 + next(calls)
+        seed = seeding.derive(c.seed, "policy", step, next(calls))
         return sampler(policy_params, prompts, seed=seed, **kw)
 
       played = filtering.play_step(lambda r: exp.play(step, sample, policy_params, r),
@@ -143,27 +147,25 @@ def train(c, workdir: str) -> dict[str, Any]:
                                    max_rounds=gcfg.max_num_gen_batches)
       del policy_params  # Before the update: with bf16 compute it is a copy of the weights.
       t_play = time.time() - t0
-      batch = batching.build_batch(played.rows, norm_adv_by_std=gcfg.norm_adv_by_std,
-                                   pad_id=tokenizer.pad_token_id or 0,
+      batch = batching.build_batch(played.rows, gcfg, pad_id=tokenizer.pad_token_id or 0,
                                    batch_multiple=rows_multiple)
       state, step_metrics = train_step(state, parallel.put_batch(batch, mesh))
       step_metrics = jax.device_get(step_metrics)
       dt = time.time() - t0
       tokens = sum(len(t.completion_ids) for t in played.played)
       record = played.record()
-      phase = {1.0: "decision", 0.0: "clue"}.get(record.metrics.get("spy/phase_decision"))
-      last = {**({"phase": phase} if phase else {}), **record.metrics, **played.metrics,
+      last = {**record.labels, **record.metrics, **played.metrics,
               **batching.rollout_metrics(played.played),
               **{k: float(v) for k, v in step_metrics.items()},
               "perf/step_s": dt, "perf/play_s": t_play, "perf/tokens_per_s": tokens / t_play}
       writer.write(step, last)
       rollouts.write(step, record)
       if step % c.checkpoint.every == 0 or step == c.steps:
-        ckpt.save(step, state, exp.state_dict(), meta, judge_params=exp.judge_state(step))
+        ckpt.save(step, state, exp.state_dict(), meta, models=exp.model_state(step))
   finally:  # Finish pending checkpoint writes and flush logs even when a step fails.
     ckpt.close()
     writer.close()
-  plot = metrics.plot_curves(workdir) if lead else None
+  plot = metrics.plot_curves(workdir, panels=env_spec.plots) if lead else None
   log(f"done: {c.steps} steps in {workdir}" + (f"; curves in {plot}" if plot else ""))
   return last
 

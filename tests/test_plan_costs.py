@@ -2,7 +2,7 @@
 import math
 
 from rlsvr import parallel, plan, plan_costs
-from rlsvr.model import hf, qwen3
+from rlsvr.model import params as params_lib, qwen3
 from rlsvr.model.config import preset
 from rlsvr.model.sources import TINY_QWEN3
 from tests.test_plan import component, smoke
@@ -27,9 +27,9 @@ def test_param_bytes_exact_by_hand():
 
 def test_param_bytes_match_jax_shard_shapes_on_a_real_mesh():
   mesh = parallel.make_mesh({"fsdp": 2, "tensor": 4})
-  shardings = parallel.param_shardings(TINY_QWEN3, mesh)
+  shardings = params_lib.param_shardings(TINY_QWEN3, mesh)
   per_device = sum(math.prod(shardings[path].shard_shape(leaf.shape)) * 4
-                   for path, leaf in hf.flatten(qwen3.abstract_params(TINY_QWEN3)).items())
+                   for path, leaf in params_lib.flatten(qwen3.abstract_params(TINY_QWEN3)).items())
   assert plan_costs.param_bytes(TINY_QWEN3, dict(mesh.shape), 4)[0] == per_device
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from rlsvr.envs.base import Completion, EpisodeBatch, SampleFn, Trajectory
 from rlsvr.envs.spy import mechanics, prompts, records
 from rlsvr.envs.spy.config import SpyGameConfig
+from rlsvr.model.tokenizer import encode_chat
 
 ROLES = ("spy", "civilian", "detector")
 
@@ -103,14 +104,10 @@ class SpyGame:
   def encode(self, text: str, prefill: str = "") -> list[int]:
     """Prompt ids: `text` as one user message through the chat template, then the
     start of the reply (`prefill`) after the assistant header."""
-    out = self.tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], tokenize=True, add_generation_prompt=True,
-        **self.chat_template_kwargs)
-    if isinstance(out, Mapping):  # transformers 5 may return a BatchEncoding
-      out = out["input_ids"]
+    ids = encode_chat(self.tokenizer, text, chat_template_kwargs=self.chat_template_kwargs)
     if prefill:
-      out = list(out) + list(self.tokenizer.encode(prefill, add_special_tokens=False))
-    return [int(t) for t in out]
+      ids += self.tokenizer.encode(prefill, add_special_tokens=False)
+    return [int(t) for t in ids]
 
   def prefill(self, role: str) -> str:
     """The reply's forced start for "player" or "detector" (empty unless answer_prefill)."""
@@ -214,11 +211,13 @@ class SpyGame:
       for turn in game.turns:
         role = "spy" if turn.player == game.spy else "civilian"
         rows.append((game, turn, self._row(turn.prompt_ids, turn.completion, 2 * game.index, role,
-                                           phase == "clue" or cfg.joint), rewards[turn.player - 1]))
+                                           phase == "clue" or cfg.joint,
+                                           cfg.player_max_new_tokens), rewards[turn.player - 1]))
       for det in game.detectors:
         raw = mechanics.detection_reward(det[2].vote, game.spy, cfg.detection_reward)
         rows.append((game, det, self._row(game.detection_ids, det[0], 2 * game.index + 1,
-                                          "detector", phase == "decision" or cfg.joint), raw))
+                                          "detector", phase == "decision" or cfg.joint,
+                                          cfg.detector_max_new_tokens), raw))
 
     baselines = self.baselines.for_batch([raw for *_, raw in rows],
                                          [row.role for _, _, row, _ in rows])
@@ -236,13 +235,16 @@ class SpyGame:
         metrics=self._metrics(games, rows, phase, baselines),
         record_text=record_text,
         records=recs,
+        labels={"phase": phase},
     )
 
   @staticmethod
-  def _row(prompt_ids, completion: Completion, group: int, role: str, trained: bool) -> Trajectory:
+  def _row(prompt_ids, completion: Completion, group: int, role: str, trained: bool,
+           max_new_tokens: int) -> Trajectory:
     return Trajectory(prompt_ids=list(prompt_ids), completion_ids=list(completion.ids),
                       logprobs=list(completion.logprobs), reward=0.0, group_id=group, role=role,
-                      trained=trained, finish_reason=completion.finish_reason)
+                      trained=trained, finish_reason=completion.finish_reason,
+                      max_new_tokens=max_new_tokens)
 
   def _metrics(self, games, rows, phase, baselines) -> dict[str, float]:
     votes = [(parsed.vote, game.spy) for game in games for _, _, parsed in game.detectors]

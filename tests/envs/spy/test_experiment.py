@@ -1,0 +1,65 @@
+"""The spy config section, typed at start-up: variants resolve before defaults fill in."""
+import os
+import sys
+
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from rlsvr.envs.spy.experiment import game_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def parse(spec: str, *overrides: str):
+  """The config `python -m rlsvr.train --config=spec overrides...` would train."""
+  argv = ["prog", f"--config={os.path.join(REPO, spec)}", *overrides]
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True)
+  saved, sys.argv = sys.argv, argv  # config_flags reads the overrides from sys.argv
+  try:
+    values(argv)
+  finally:
+    sys.argv = saved
+  return values.config
+
+
+def test_overriding_the_variant_on_the_command_line_gives_that_variants_defaults():
+  parallel = game_config(parse("configs/spy_summ.py"))
+  assert (parallel.variant, parallel.num_players, parallel.mask_fraction) == ("parallel", 4, 0.2)
+  seq = game_config(parse("configs/spy_summ.py", "--config.spy.variant=sequential"))
+  assert (seq.variant, seq.num_players, seq.mask_fraction) == ("sequential", 2, 0.5)
+  writing = game_config(parse("configs/spy_write.py", "--config.spy.variant=sequential"))
+  assert (writing.num_players, writing.spy_view) == (2, "none")
+  no_spy = game_config(parse("configs/spy_write.py", "--config.spy.variant=no_spy"))
+  assert no_spy.training_phase == "clue"
+  assert game_config(parse("configs/spy_math.py")).rollout_n == 4  # the task's default
+
+
+def test_a_key_set_on_the_command_line_wins_over_the_variant():
+  c = parse("configs/spy_summ.py", "--config.spy.variant=sequential",
+            "--config.spy.num_players=3", "--config.spy.mask_fraction=0.3")
+  game = game_config(c)
+  assert (game.num_players, game.mask_fraction) == (3, 0.3)
+  with pytest.raises(flags.IllegalFlagValueError):
+    parse("configs/spy_summ.py", "--config.spy.num_players=three")
+
+
+def test_the_cpu_variant_keeps_its_own_sizes():
+  game = game_config(parse("configs/spy_summ.py:cpu"))
+  assert (game.rollout_n, game.truncate_words, game.num_players) == (2, 80, 4)
+
+
+@pytest.mark.parametrize("thinking,think_block", [(None, False), (False, True), (True, False)])
+def test_model_enable_thinking_reaches_every_prompt(thinking, think_block):
+  """Qwen3's thinking switch is one config key; the game's prompts go through it."""
+  from rlsvr.envs import registry
+  from rlsvr.envs.spy.experiment import SpyExperiment
+  from rlsvr.model.tokenizer import qwen3_tokenizer
+
+  c = parse("configs/spy_summ.py:smoke",
+            *([f"--config.model.enable_thinking={thinking}"] if thinking is not None else []))
+  tokenizer = qwen3_tokenizer()
+  exp = SpyExperiment(registry.BuildContext(c, tokenizer, None, None, None))
+  text = tokenizer.decode(exp.env.encode("Summarise this."))
+  assert ("<think>\n\n</think>" in text) == think_block
