@@ -1,0 +1,1 @@
+"""The reward-function environment (`env = "reward_fn"`): prompts plus TRL-style rewards."""

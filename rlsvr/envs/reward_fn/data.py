@@ -1,0 +1,115 @@
+"""Rows of a prompt dataset, and the prompts the policy reads.
+
+`data.source` is one of:
+
+  <suite>                  a free-form math set of the shared data folder, read by
+                           `rlsvr.eval.math_suites` (gsm8k, math500, aime24, aime25,
+                           amc23, minerva_math): rows {question, answer, id}, the
+                           answer already extracted (GSM8K's "#### 42" -> "42")
+  hub:<org/name>[:config]  a hub dataset (network or the HF cache), split `data.split`
+                           (`data.config` when the source names none)
+  <path>                   a local .jsonl / .json / .csv / .parquet file
+
+`data.limit` > 0 keeps the first that many rows.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping, Sequence
+
+from rlsvr.envs.reward_fn.rewards import NOT_COLUMNS
+from rlsvr.eval import data as eval_data
+from rlsvr.eval import math_suites
+from rlsvr.model.tokenizer import encode_chat
+
+_FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt")
+_MULTIPLE_CHOICE = ("mmlu_pro", "gpqa_diamond")  # Letter answers: not for math-verify.
+
+
+def free_form_suites() -> list[str]:
+  return sorted(name for name in math_suites.SUITES if name not in _MULTIPLE_CHOICE)
+
+
+def check_source(source: str) -> None:
+  """ValueError for a `data.source` that names none of the kinds above."""
+  if source in free_form_suites() or source.startswith("hub:"):
+    return
+  if source in math_suites.SUITES:
+    raise ValueError(f"data.source={source!r} is a multiple-choice suite; the reward_fn "
+                     f"environment reads free-form sets: {free_form_suites()}")
+  if not (os.path.isfile(source) or source.lower().endswith(_FILE_SUFFIXES)):
+    raise ValueError(f"data.source={source!r}: use a math suite {free_form_suites()}, "
+                     "'hub:<org/name>[:config]', or a local .jsonl/.json/.csv/.parquet file")
+
+
+def load_rows(c) -> list[dict[str, Any]]:
+  """The rows named by `c.data` (module docstring)."""
+  source, limit = c.data.source, c.data.limit
+  check_source(source)
+  if source in math_suites.SUITES:
+    return [dict(question=item.question, answer=item.answer, id=item.id)
+            for item in math_suites.load(source, "", limit=limit, seed=c.seed)]
+  if source.startswith("hub:"):
+    name, _, config = source[len("hub:"):].partition(":")
+    hub = eval_data.HubSource(name, config or c.data.config or None, c.data.split)
+    rows = eval_data.load_hub(hub, limit)
+  else:
+    rows = eval_data.read_rows(source)
+  return [dict(row) for row in (rows[:limit] if limit else rows)]
+
+
+def columns_of(rows: Sequence[Mapping[str, Any]], repeat: int) -> dict[str, list[Any]]:
+  """Every column but TRL's prompt/completion ones, each row repeated `repeat` times (one
+  value per completion); a row that lacks a column gives None."""
+  names = list(dict.fromkeys(k for row in rows for k in row if k not in NOT_COLUMNS))
+  return {k: [row.get(k) for row in rows for _ in range(repeat)] for k in names}
+
+
+def json_safe(value: Any) -> Any:
+  """`value` as the rollout JSONL can hold it (unknown types as their str)."""
+  return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+
+
+class Prompts:
+  """Turns a row into the prompt reward functions see and the ids the policy reads."""
+
+  def __init__(self, cfg, tokenizer, chat_template_kwargs: Mapping[str, Any] | None = None):
+    self.cfg = cfg
+    self.tokenizer = tokenizer
+    self.chat_template_kwargs = dict(chat_template_kwargs or {})
+    self._prefill = (tokenizer.encode(cfg.answer_prefill, add_special_tokens=False)
+                     if cfg.answer_prefill else [])
+
+  def prompt(self, row: Mapping[str, Any]) -> str | list[dict[str, Any]]:
+    """The row's prompt with the instruction and system prompt: plain text when it is a
+    string and `use_chat_template` is off, else a list of chat messages."""
+    cfg = self.cfg
+    if cfg.prompt_field not in row:
+      raise ValueError(f"a data row has no column {cfg.prompt_field!r} (reward_fn.prompt_field); "
+                       f"it has {sorted(row)}")
+    value = row[cfg.prompt_field]
+    suffix = f"\n\n{cfg.instruction}" if cfg.instruction else ""
+    if isinstance(value, str):
+      if not cfg.use_chat_template:
+        return value + suffix
+      messages = [{"role": "user", "content": value + suffix}]
+    elif isinstance(value, Sequence) and all(isinstance(m, Mapping) for m in value) and value:
+      messages = [dict(m) for m in value]
+      users = [k for k, m in enumerate(messages) if m.get("role") == "user"]
+      if suffix and users:
+        messages[users[-1]]["content"] = str(messages[users[-1]]["content"]) + suffix
+    else:
+      raise ValueError(f"prompt column {cfg.prompt_field!r} holds a {type(value).__name__}; "
+                       "expected a string or a list of chat messages")
+    if cfg.system_prompt and messages[0].get("role") != "system":
+      messages.insert(0, {"role": "system", "content": cfg.system_prompt})
+    return messages
+
+  def encode(self, prompt: str | list[dict[str, Any]]) -> list[int]:
+    """Prompt ids: plain text as it is, messages through the chat template; then the prefill."""
+    if isinstance(prompt, str):
+      ids = self.tokenizer.encode(prompt)
+    else:
+      ids = encode_chat(self.tokenizer, prompt, chat_template_kwargs=self.chat_template_kwargs)
+    return [int(t) for t in ids] + self._prefill
