@@ -121,6 +121,15 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
+def parse_variants(arg: str | None, known: tuple[str, ...]) -> list[str]:
+  """The comma-separated variants of `configs/x.py:a,b`; ValueError naming unknown ones."""
+  variants = [v for v in (arg or "").split(",") if v]
+  unknown = [v for v in variants if v not in known]
+  if unknown:
+    raise ValueError(f"unknown variant(s) {unknown}; known: {known}")
+  return variants
+
+
 def run_locally(c: ml_collections.ConfigDict, source: str, tokenizer: str = "") -> None:
   """Settings every CPU-sized variant (`cpu`, `smoke`) shares: one device, float32."""
   c.model.source = source

@@ -7,16 +7,15 @@ Variants (comma-separated after the file, e.g. `configs/eval_math.py:smoke`):
 """
 import ml_collections
 
+from configs.base import parse_variants
+
 VARIANTS = ("cpu", "smoke")
 
 
 def eval_config(suite: str, datasets: tuple[str, ...], arg: str | None, *,
                 model: str = "hub:Qwen/Qwen3-4B-Instruct-2507",
                 max_new_tokens: int = 1024) -> ml_collections.ConfigDict:
-  variants = [v for v in (arg or "").split(",") if v]
-  unknown = [v for v in variants if v not in VARIANTS]
-  if unknown:
-    raise ValueError(f"unknown variant(s) {unknown}; known: {VARIANTS}")
+  variants = parse_variants(arg, VARIANTS)
   c = ml_collections.ConfigDict()
   c.suite = suite  # math | summ | pairwise | rlsr.
   # A model source ("smollm2", "hub:<org/name>", "random:<preset>", an HF directory) or a

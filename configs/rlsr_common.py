@@ -16,17 +16,14 @@ The judge prompt can also be any template file: `--config.rlsr.judge_template=my
 """
 import ml_collections
 
-from configs.base import base_config, run_locally
+from configs.base import base_config, parse_variants, run_locally
 
 STRICTNESS = ("t1", "t2", "t3", "t4")
 VARIANTS = ("cpu", "smoke", "delayed", "online", *STRICTNESS)
 
 
 def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
-  variants = [v for v in (arg or "").split(",") if v]
-  unknown = [v for v in variants if v not in VARIANTS]
-  if unknown:
-    raise ValueError(f"unknown variant(s) {unknown}; known: {VARIANTS}")
+  variants = parse_variants(arg, VARIANTS)
 
   c = base_config()
   c.env = "rlsr"  # Which environment plays the steps.

@@ -23,17 +23,14 @@ Reward functions use TRL's calling convention (rlsvr/envs/reward_fn/rewards.py):
 """
 import ml_collections
 
-from configs.base import base_config, run_locally
+from configs.base import base_config, parse_variants, run_locally
 from rlsvr.eval.math_suites import INSTRUCTION
 
 VARIANTS = ("cpu", "smoke", "math500")
 
 
 def get_config(arg=None) -> ml_collections.ConfigDict:
-  variants = [v for v in (arg or "").split(",") if v]
-  unknown = [v for v in variants if v not in VARIANTS]
-  if unknown:
-    raise ValueError(f"unknown variant(s) {unknown}; known: {VARIANTS}")
+  variants = parse_variants(arg, VARIANTS)
 
   c = base_config()
   c.env = "reward_fn"  # Which environment plays the steps.

@@ -12,16 +12,13 @@ Variants (comma-separated, e.g. `configs/spy_summ.py:cpu,sequential`):
 import ml_collections
 from ml_collections.config_dict import placeholder
 
-from configs.base import base_config, run_locally
+from configs.base import base_config, parse_variants, run_locally
 
 VARIANTS = ("cpu", "smoke", "sequential", "no_spy", "released", "bundled")
 
 
 def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
-  variants = [v for v in (arg or "").split(",") if v]
-  unknown = [v for v in variants if v not in VARIANTS]
-  if unknown:
-    raise ValueError(f"unknown variant(s) {unknown}; known: {VARIANTS}")
+  variants = parse_variants(arg, VARIANTS)
 
   c = base_config()
   c.env = "spy"  # Which environment plays the steps.
