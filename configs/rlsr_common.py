@@ -65,6 +65,8 @@ def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.rlsr.group_size = 4
     c.rlsr.policy_max_new_tokens = 64
     c.rlsr.judge_max_new_tokens = 32
+    # Read only when delayed (the variant or --config.rlsr.judge_weights=delayed alike).
+    c.rlsr.judge_delay_steps = 1
     c.checkpoint.every = 4
   if "smoke" in variants:
     run_locally(c, "random:tiny", tokenizer="qwen3")
@@ -74,8 +76,7 @@ def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.rlsr.policy_max_new_tokens = 8
     c.rlsr.judge_max_new_tokens = 8
     c.data.limit = 16
+    c.rlsr.judge_delay_steps = 1  # Read only when delayed.
     c.grpo.remat = False
     c.checkpoint.every = 1
-  if "delayed" in variants and ("cpu" in variants or "smoke" in variants):
-    c.rlsr.judge_delay_steps = 1
   return c

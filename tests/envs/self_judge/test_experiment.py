@@ -80,3 +80,14 @@ def test_bad_rlsr_configs(key, value, match):
   setattr(c[section], name, value)
   with pytest.raises(ValueError, match=match):
     train.check_config(c)
+
+
+@pytest.mark.parametrize("local", ["cpu", "smoke"])
+def test_a_schedule_set_on_the_command_line_equals_its_variant(local):
+  """`--config.rlsr.judge_weights=delayed` gets what `:local,delayed` gets (the copy step)."""
+  from configs.rlsr_countdown import get_config
+
+  for weights in ("delayed", "online"):
+    c = get_config(local)
+    c.rlsr.judge_weights = weights
+    assert c.to_dict() == get_config(f"{local},{weights}").to_dict()
