@@ -12,7 +12,8 @@ class Completion:
 
   `ids` includes the EOS token when one was produced and nothing after it;
   `logprobs[i]` is the log-probability of `ids[i]` under the distribution the
-  sampler actually drew from; `finish_reason` is "eos", "stop" or "length".
+  sampler actually drew from; `finish_reason` is "eos", "stop" (a stop string, or a
+  completed choice of a constrained call) or "length".
   """
 
   ids: tuple[int, ...]

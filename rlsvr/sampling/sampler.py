@@ -14,8 +14,9 @@ bucketed count U (B = U x R rows); the cache holds P prompt slots per prompt
 and N generated slots per row, N the bucketed `max_new_tokens`, so a training
 run compiles one (prefill, decode) pair per (U, R, P, N) bucket, not per call.
 Temperature, top-p, top-k, `max_new_tokens`, the EOS ids and the PRNG key are
-traced arguments: changing them never recompiles. Long calls run in slices
-(`max_rows`, `max_cache_tokens`; see `layout.py`).
+traced arguments: changing them never recompiles. `choices` restricts every row
+of a call to one of a few token sequences (`choices.py`: a vote, a verdict).
+Long calls run in slices (`max_rows`, `max_cache_tokens`; see `layout.py`).
 
 The decode loop is a `lax.while_loop` that runs until every row is done (EOS or
 `max_new_tokens`) or until `stop_at`; the host calls it once, or in chunks of
@@ -44,6 +45,7 @@ from rlsvr import parallel
 from rlsvr.model import decode as decode_lib
 from rlsvr.model import qwen3
 from rlsvr.model.config import ModelConfig
+from rlsvr.sampling import choices as choices_lib
 from rlsvr.sampling import strategies
 from rlsvr.sampling.completion import Completion
 from rlsvr.sampling.layout import Buckets, layout, slice_rows
@@ -59,6 +61,7 @@ class DecodeState(NamedTuple):
   logprobs_BxN: jax.Array
   lengths_B: jax.Array  # Tokens generated per row (EOS included).
   done_B: jax.Array
+  node_B: jax.Array  # Each row's node in the call's choice trie (`choices.FREE`: none).
   step: jax.Array  # Tokens generated so far by every not-done row.
   pads_U: jax.Array  # Left padding of each prompt.
 
@@ -92,7 +95,7 @@ def _constrain(x, mesh, spec):
 
 
 @functools.partial(jax.jit, static_argnames=("config", "new_len", "cache_dtype", "mesh"))
-def _prefill(params, tokens_UxP, pads_U, done_B, *, config: ModelConfig, new_len: int,
+def _prefill(params, tokens_UxP, pads_U, done_B, node_B, *, config: ModelConfig, new_len: int,
              cache_dtype, mesh=None) -> DecodeState:
   """Prefills U prompts; the B rows of the batch continue them, R = B / U rows each."""
   u, p = tokens_UxP.shape
@@ -122,6 +125,7 @@ def _prefill(params, tokens_UxP, pads_U, done_B, *, config: ModelConfig, new_len
       logprobs_BxN=jnp.zeros((b, new_len), jnp.float32),
       lengths_B=jnp.zeros((b,), jnp.int32),
       done_B=done_B,
+      node_B=node_B,
       step=jnp.int32(0),
       pads_U=pads_U,
   )
@@ -135,8 +139,8 @@ _unstack_layers = jax.jit(decode_lib.unstack_layers)
 
 @functools.partial(jax.jit, static_argnames=("config",), donate_argnames=("state",))
 def _decode(params, layers: decode_lib.Layers, state: DecodeState, stop_at, max_new,
-            sampling: strategies.SamplingParams, eos_E, key, *, config: ModelConfig
-            ) -> DecodeState:
+            sampling: strategies.SamplingParams, eos_E, choice: choices_lib.ChoiceTable, key, *,
+            config: ModelConfig) -> DecodeState:
   p = state.cache.prefix_k_UxKxDhxP[0].shape[-1]
   b, u = state.done_B.shape[0], state.pads_U.shape[0]
   prefix_mask_UxP = jnp.arange(p)[None, :] >= state.pads_U[:, None]
@@ -147,9 +151,18 @@ def _decode(params, layers: decode_lib.Layers, state: DecodeState, stop_at, max_
 
   def body(st: DecodeState) -> DecodeState:
     i = st.step
-    tok_B, lp_B = strategies.sample(jax.random.fold_in(key, i), st.logits_BxV, sampling)
     active_B = ~st.done_B
-    done_B = st.done_B | jnp.any(tok_B[:, None] == eos_E[None, :], axis=-1) | (i + 1 >= max_new)
+    # Done rows stay unmasked: a completed choice's node allows no token at all.
+    constrained_B = (st.node_B != choices_lib.FREE) & active_B
+    next_BxV = choice.next_SxV[jnp.maximum(st.node_B, 0)]
+    logits_BxV = jnp.where(constrained_B[:, None] & (next_BxV == choices_lib.FREE), -jnp.inf,
+                           st.logits_BxV)
+    tok_B, lp_B = strategies.sample(jax.random.fold_in(key, i), logits_BxV, sampling)
+    node_B = jnp.where(constrained_B, jnp.take_along_axis(next_BxV, tok_B[:, None], -1)[:, 0],
+                       choices_lib.FREE)
+    chosen_B = constrained_B & choice.final_S[jnp.maximum(node_B, 0)]
+    done_B = (st.done_B | jnp.any(tok_B[:, None] == eos_E[None, :], axis=-1) | chosen_B
+              | (i + 1 >= max_new))
     hidden_Bx1xD, cache = decode_lib.decode_step(config, params, tok_B[:, None],
                                                  (prompt_len_B + i)[:, None], prefix_mask_UxP,
                                                  st.cache, i, layers)
@@ -160,6 +173,7 @@ def _decode(params, layers: decode_lib.Layers, state: DecodeState, stop_at, max_
         logprobs_BxN=jax.lax.dynamic_update_slice(st.logprobs_BxN, lp_B[:, None], (0, i)),
         lengths_B=jnp.where(active_B, i + 1, st.lengths_B),
         done_B=done_B,
+        node_B=jnp.where(chosen_B, choices_lib.FREE, node_B),
         step=i + 1,
         pads_U=st.pads_U,
     )
@@ -213,11 +227,14 @@ class Sampler:
   def __call__(self, params, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
                temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                eos_ids: Sequence[int] | None = None, stop_strings: Sequence[str] | None = None,
-               seed: int | None = None) -> list[Completion]:
+               seed: int | None = None, choices: Sequence[Sequence[int]] | None = None
+               ) -> list[Completion]:
     """One completion per prompt (lists of token ids), in prompt order.
 
     `eos_ids` / `stop_strings` override the sampler's for this call; `seed`
     gives this call a fixed key instead of the next one of the sampler's stream.
+    `choices` (token-id sequences): every completion is one of them, drawn from
+    the model's distribution restricted to them (`choices.py`), finish reason "stop".
     """
     if seed is None:
       self._key, key = jax.random.split(self._key)
@@ -226,14 +243,19 @@ class Sampler:
     eos_ids = self.eos_ids if eos_ids is None else tuple(eos_ids)
     stops = StopStrings(self.stop_strings if stop_strings is None else stop_strings,
                         self.tokenizer)
+    choice = (choices_lib.unconstrained(self.config.vocab_size) if choices is None
+              else choices_lib.table(choices, self.config.vocab_size))
     args = (max_new_tokens, strategies.SamplingParams.make(temperature, top_p, top_k), eos_ids,
-            stops)
+            stops, choice)
     if not prompts:
       return []
     if any(len(p) == 0 for p in prompts):
       raise ValueError("every prompt needs at least one token")
     if max_new_tokens < 1:
       raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if choices is not None and max_new_tokens < choices_lib.longest(choices):
+      raise ValueError(f"max_new_tokens={max_new_tokens} cannot hold the longest choice "
+                       f"({choices_lib.longest(choices)} tokens)")
     if len(eos_ids) > _MAX_EOS_IDS:
       raise ValueError(f"at most {_MAX_EOS_IDS} eos ids, got {len(eos_ids)}")
     longest = max(map(len, prompts))
@@ -267,7 +289,7 @@ class Sampler:
                       rows_per_device=functools.partial(_rows_per_device, _mesh(params)))
 
   def _generate(self, params, layers, prompts, key, max_new_tokens, sampling, eos_ids,
-                stops: StopStrings):
+                stops: StopStrings, choice: choices_lib.ChoiceTable):
     n = len(prompts)
     p = Buckets.pick(max(len(x) for x in prompts), self.buckets.prompt, "prompt length")
     new_len = Buckets.pick(max_new_tokens, self.buckets.new_tokens, "max_new_tokens")
@@ -287,18 +309,22 @@ class Sampler:
       tokens_UxP[row, p - len(prompt):] = prompt
       pads_U[row] = p - len(prompt)
     done_B = np.arange(b) >= n  # Batch-padding rows never hold the loop open.
+    constrained = bool(choice.final_S.any())
+    node_B = np.full((b,), 0 if constrained else choices_lib.FREE, np.int32)
     if mesh is not None:
       tokens_UxP, pads_U = (_put(x, mesh, u) for x in (tokens_UxP, pads_U))
-      done_B = _put(done_B, mesh, b)
-    state = _prefill(params, tokens_UxP, pads_U, done_B, config=self.config, new_len=new_len,
-                     mesh=mesh, cache_dtype=self.cache_dtype or jax.tree.leaves(params)[0].dtype)
+      done_B, node_B = _put(done_B, mesh, b), _put(node_B, mesh, b)
+    state = _prefill(params, tokens_UxP, pads_U, done_B, node_B, config=self.config,
+                     new_len=new_len, mesh=mesh,
+                     cache_dtype=self.cache_dtype or jax.tree.leaves(params)[0].dtype)
     eos_E = jnp.asarray(list(eos_ids) + [-1] * (_MAX_EOS_IDS - len(eos_ids)), jnp.int32)
     chunk = self.chunk_size if stops else max_new_tokens
     stopped = {}  # row -> kept length, for rows cut at a stop string
     checked = np.zeros(n, np.int64)
     while True:
       state = _decode(params, layers, state, jnp.minimum(state.step + chunk, max_new_tokens),
-                      jnp.int32(max_new_tokens), sampling, eos_E, key, config=self.config)
+                      jnp.int32(max_new_tokens), sampling, eos_E, choice, key,
+                      config=self.config)
       step, done_B = int(state.step), np.array(parallel.to_host(state.done_B))
       if stops:
         tokens_BxN, lengths_B = parallel.to_host((state.tokens_BxN, state.lengths_B))
@@ -313,14 +339,15 @@ class Sampler:
         state = state._replace(done_B=jnp.asarray(done_B))
       if done_B[:n].all() or step >= max_new_tokens:
         break
-    completions = self._completions(state, n, eos_ids, stopped)
+    completions = self._completions(state, n, eos_ids, stopped, constrained)
     out = [None] * n
     for row, completion in zip(order, completions):
       out[row] = completion
     return out
 
   @staticmethod
-  def _completions(state: DecodeState, n: int, eos_ids, stopped) -> list[Completion]:
+  def _completions(state: DecodeState, n: int, eos_ids, stopped, constrained: bool
+                   ) -> list[Completion]:
     # Every process fetches all rows: the host-side game logic runs on each of them.
     tokens_BxN, logprobs_BxN, lengths_B = parallel.to_host(
         (state.tokens_BxN, state.logprobs_BxN, state.lengths_B))
@@ -332,6 +359,8 @@ class Sampler:
         reason = "stop"
       elif ids and ids[-1] in eos_ids:
         reason = "eos"
+      elif constrained:  # max_new_tokens holds every choice: the row completed one.
+        reason = "stop"
       else:
         reason = "length"
       out.append(Completion(ids, tuple(float(x) for x in logprobs_BxN[row, :length]), reason))
@@ -341,7 +370,7 @@ class Sampler:
 def generate(config: ModelConfig, params, prompts: Sequence[Sequence[int]], *,
              max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
              eos_ids: Sequence[int] = (), stop_strings: Sequence[str] = (), tokenizer=None,
-             seed: int = 0) -> list[Completion]:
+             seed: int = 0, choices: Sequence[Sequence[int]] | None = None) -> list[Completion]:
   """Samples one completion per prompt (see the module doc); `temperature=0` is greedy.
 
   The compiled functions are module-level and shared by every `Sampler`, so
@@ -349,4 +378,5 @@ def generate(config: ModelConfig, params, prompts: Sequence[Sequence[int]], *,
   """
   sampler = Sampler(config, tokenizer=tokenizer)
   return sampler(params, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                 top_p=top_p, top_k=top_k, eos_ids=eos_ids, stop_strings=stop_strings, seed=seed)
+                 top_p=top_p, top_k=top_k, eos_ids=eos_ids, stop_strings=stop_strings, seed=seed,
+                 choices=choices)

@@ -1,0 +1,101 @@
+"""Constrained choice: the trie table, parity with transformers' `prefix_allowed_tokens_fn`,
+the restricted distribution's logprobs and frequencies."""
+import jax
+import numpy as np
+import pytest
+
+from rlsvr.sampling import Sampler, choices as choices_lib, generate, strategies
+from tests.model.hf_reference import make_hf_model
+from tests.sampling.test_sampler import (  # noqa: F401  (one_torch_thread: autouse fixture)
+    apply, hf_greedy, one_torch_thread, teacher_forced_logits)
+
+# Shared prefixes, different lengths, a one-token choice: every trie shape.
+CHOICES = ((7, 3), (7, 5, 9), (11,), (12, 3, 3, 4))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+  return make_hf_model("qwen3", seed=0, tie_word_embeddings=False)
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny):
+  rng = np.random.default_rng(0)
+  return [rng.integers(1, tiny[1].vocab_size, n).tolist() for n in (5, 16, 9, 3)]
+
+
+def test_table_is_the_trie_of_the_choices():
+  t = choices_lib.table(CHOICES, 16)
+  assert t.next_SxV.shape == (16, 16) and t.final_S.shape == (16,)  # 10 nodes -> 16
+  node, seen = 0, []
+  for token in (7, 5, 9):
+    seen.append(sorted(np.flatnonzero(t.next_SxV[node] >= 0).tolist()))
+    node = t.next_SxV[node, token]
+  assert seen == [[7, 11, 12], [3, 5], [9]] and t.final_S[node]
+  assert t.final_S.sum() == len(CHOICES) and (t.next_SxV[t.final_S] == -1).all()
+
+
+@pytest.mark.parametrize("choices,match", [
+    ((), "at least one"), (((1,), ()), "at least one token"), (((1, 99),), "token ids"),
+    (((1,), (1, 2)), "prefix"), (((1, 2), (1,)), "prefix")])
+def test_bad_choice_sets_are_refused(choices, match):
+  with pytest.raises(ValueError, match=match):
+    choices_lib.table(choices, 16)
+
+
+def test_greedy_choice_equals_transformers_prefix_allowed_tokens(tiny, prompts):
+  model, config, params = tiny
+  t = max(map(len, prompts))
+
+  def allowed(_, input_ids):
+    done = input_ids[t:].tolist()
+    options = {c[len(done)] for c in CHOICES if len(c) > len(done) and list(c[:len(done)]) == done}
+    return sorted(options) or list(range(config.vocab_size))
+
+  ref = hf_greedy(model, prompts, 4, prefix_allowed_tokens_fn=allowed, eos_token_id=None)
+  ours = generate(config, params, prompts, max_new_tokens=8, temperature=0.0, choices=CHOICES)
+  for c, r in zip(ours, ref):
+    assert c.ids in CHOICES and list(c.ids) == r[:len(c.ids)] and c.finish_reason == "stop"
+  # A free call would not have picked these: the mask did the work.
+  free = generate(config, params, prompts, max_new_tokens=4, temperature=0.0)
+  assert all(f.ids[:len(c.ids)] != c.ids for f, c in zip(free, ours))
+
+
+@pytest.mark.parametrize("temperature,top_k", [(1.0, 0), (0.7, 2), (0.0, 0)])
+def test_logprobs_are_those_of_the_restricted_distribution(tiny, prompts, temperature, top_k):
+  _, config, params = tiny
+  out = generate(config, params, prompts * 4, max_new_tokens=8, temperature=temperature,
+                 top_k=top_k, seed=3, choices=CHOICES)
+  sampling = strategies.SamplingParams.make(temperature, 1.0, top_k)
+  for c, logits_TxV in zip(out, teacher_forced_logits(config, params, prompts * 4, out)):
+    assert c.ids in CHOICES and c.finish_reason == "stop"
+    node, expected = 0, []
+    table = choices_lib.table(CHOICES, config.vocab_size)
+    for i, token in enumerate(c.ids):
+      masked = np.where(table.next_SxV[node] >= 0, logits_TxV[i], -np.inf)
+      expected.append(float(jax.jit(strategies.log_probs)(masked[None], sampling)[0, token]))
+      node = table.next_SxV[node, token]
+    np.testing.assert_allclose(c.logprobs, expected, atol=1e-4)
+
+
+def test_choice_frequencies_follow_the_restricted_softmax(tiny):
+  _, config, params = tiny
+  prompt = [5, 9, 2, 7]
+  options = (3, 17, 40, 41)
+  logits = np.asarray(apply(config, params, np.array([prompt]), np.ones((1, 4), np.int32))[0, -1],
+                      np.float64)
+  probs = np.exp(logits[list(options)] - logits[list(options)].max())
+  probs /= probs.sum()
+  out = Sampler(config, seed=0)(params, [prompt] * 2048, max_new_tokens=1,
+                                choices=[(t,) for t in options])
+  counts = np.array([sum(c.ids == (t,) for c in out) for t in options])
+  # Binomial standard error of each frequency; 4.5 sigma keeps the test stable.
+  se = np.sqrt(probs * (1 - probs) / len(out))
+  assert counts.sum() == len(out)
+  np.testing.assert_array_less(np.abs(counts / len(out) - probs), 4.5 * se + 1e-9)
+
+
+def test_a_budget_too_short_for_a_choice_is_refused(tiny):
+  _, config, params = tiny
+  with pytest.raises(ValueError, match="longest choice"):
+    generate(config, params, [[1, 2]], max_new_tokens=3, choices=CHOICES)
