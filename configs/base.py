@@ -115,6 +115,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.checkpoint.every = 50  # Save every this many steps (and at the end).
   c.checkpoint.keep = 3  # Keep the newest this many checkpoints.
 
+  # Held-out evaluation on the initial weights and after the last step (`rlsvr.heldout`),
+  # for environments that implement `evaluate`: heldout.jsonl and a before/after table.
+  c.heldout = ml_collections.ConfigDict()
+  c.heldout.size = 0  # Held-out episodes (spy: games; RLSR: problems); 0: off.
+
   c.log = ml_collections.ConfigDict()
   c.log.tensorboard = True  # Write TensorBoard event files under workdir/tb.
   c.log.wandb_project = ""  # Also log to Weights & Biases when set (needs `wandb`).

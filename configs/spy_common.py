@@ -52,6 +52,9 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   # Start replies with the format marker (`Answer:`, `\boxed{`): for models too small to
   # follow the format instructions; not the paper's setting.
   c.spy.answer_prefill = False
+  # The detector's reply is `\boxed{` plus one valid vote, drawn by the sampler from the
+  # model's distribution restricted to `1}`..`n}`, `N/A}` (no reasoning); not the paper's.
+  c.spy.constrained_vote = False
   c.data.source = "bundled" if "bundled" in variants else "hub"
   # 640 Ki cache slots per sampler slice on an 8-GPU node: 16 player rows (P=24576 +
   # N=4096 each), 64 detector rows (8 shared 40k-token prompts + 64 x 4096); more do not
@@ -68,13 +71,19 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.steps = 4
     c.sampling.temperature = 0.7  # A 135M model writes noticeably better below 1.0.
     c.spy.games_per_step = 2
-    c.spy.rollout_n = 2
+    # 4 detectors per game: groups of 2 often voted alike (no spread, nothing learnt).
+    c.spy.rollout_n = 4
     c.spy.truncate_words = 80
     c.spy.player_max_new_tokens = 48
     c.spy.detector_max_new_tokens = 32
     # SmolLM2-135M never writes `Answer:` or a `\boxed{}` vote within these budgets by itself
     # (every reward was 0, so GRPO had nothing to learn from); with the markers it does.
     c.spy.answer_prefill = True
+    # Even with the prefill its free-form votes copied the prompt's `\boxed{k}` (25-100%
+    # invalid per step); restricted to the valid answers, every vote counts.
+    c.spy.constrained_vote = True
+    # Before/after detection accuracy on 8 games over held-out documents (~1.5 min each).
+    c.heldout.size = 8
     c.checkpoint.every = 2
   if "smoke" in variants:
     run_locally(c, "random:tiny", tokenizer="qwen3")

@@ -10,11 +10,14 @@ import sys
 import time
 from typing import Any, Mapping
 
+from rlsvr import heldout
 from rlsvr.rl.rollout import EpisodeBatch
 
 # Console columns: (metric, label, format); the environment's own go between the two.
 # Missing metrics are skipped.
+# `flat`: the share of trained groups whose raw rewards are all equal (no learning signal).
 _CONSOLE_HEAD = (("phase", "phase", "{}"), ("reward/mean", "reward", "{:+.3f}"),
+                 ("frac_reward_zero_std", "flat", "{:.2f}"),
                  ("actor/kl", "kl", "{:.4f}"), ("actor/pg_loss", "pg", "{:+.3f}"))
 _CONSOLE_TAIL = (("perf/tokens_per_s", "tok/s", "{:.0f}"), ("perf/step_s", "s/step", "{:.1f}"))
 
@@ -120,11 +123,13 @@ def rewind(workdir: str, step: int) -> None:
   """Cuts every output of `workdir` back to `step` (the restored checkpoint; 0: none).
 
   A run killed after its last checkpoint logged steps that its rerun plays
-  again: dropping them first means each step is logged exactly once.
+  again: dropping them first means each step is logged exactly once (the
+  held-out evaluations too).
   `metrics.jsonl` keeps one record per step <= `step` (the last written, torn
   lines dropped); TensorBoard's events, derived data, are rebuilt from it; the
   rollouts are cut by `RolloutWriter.rewind`.
   """
+  heldout.rewind(workdir, step)
   path = os.path.join(workdir, "metrics.jsonl")
   if not os.path.exists(path):
     return

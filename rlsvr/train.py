@@ -6,7 +6,8 @@ Each step: the environment plays whole games with the sampler on the current
 weights (host logic between batched sampler calls), returns trajectories and
 rewards; GRPO advantages and one jitted `train_step` update the weights. The
 workdir receives metrics.jsonl, TensorBoard events, rollouts.txt and per-step
-rollout JSONL, orbax checkpoints (resumed automatically), and curves.png.
+rollout JSONL, orbax checkpoints (resumed automatically), and curves.png; with
+`heldout.size > 0`, heldout.jsonl and a before/after table (`rlsvr.heldout`).
 """
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def train(c, workdir: str) -> dict[str, Any]:
   import jax  # noqa: PLC0415
   import numpy as np  # noqa: PLC0415
 
-  from rlsvr import checkpoint, metrics, parallel, plan, seeding  # noqa: PLC0415
+  from rlsvr import checkpoint, heldout, metrics, parallel, plan, seeding  # noqa: PLC0415
   from rlsvr.envs import registry  # noqa: PLC0415
   from rlsvr.model import sources  # noqa: PLC0415
   from rlsvr.model.tokenizer import stop_ids  # noqa: PLC0415
@@ -95,6 +96,9 @@ def train(c, workdir: str) -> dict[str, Any]:
   exp = env_spec.build(registry.BuildContext(c, tokenizer, model_config,
                                              cast_params(params, gcfg.dtype), mesh))
   del params
+  evaluate = getattr(exp, "evaluate", None)
+  if c.heldout.size > 0 and evaluate is None:
+    raise ValueError(f"heldout.size={c.heldout.size}, but env {c.env!r} has no evaluate()")
 
   ckpt = checkpoint.Checkpointer(workdir, keep=c.checkpoint.keep)
   start = 0
@@ -131,6 +135,24 @@ def train(c, workdir: str) -> dict[str, Any]:
   # Every update's rows split into whole micro-batches, every micro-batch over the data shards.
   rows_multiple = int(np.lcm(gcfg.updates_per_batch * (mb or 1), n_data))
   last: dict[str, Any] = {}
+
+  def evaluate_heldout(step: int) -> None:
+    policy_params = sampling_params(state)
+    calls = itertools.count()
+
+    def sample(prompts, **kw):  # Keys by call only: every evaluation draws the same numbers.
+      return sampler(policy_params, prompts, seed=seeding.derive(c.seed, "heldout", next(calls)),
+                     **kw)
+
+    t0 = time.time()
+    result = evaluate(sample, policy_params)
+    log(f"held-out evaluation at step {step}: {c.heldout.size} episodes in "
+        f"{time.time() - t0:.0f} s")
+    if lead:
+      heldout.write(workdir, step, result)
+
+  if c.heldout.size > 0 and start == 0:
+    evaluate_heldout(0)
   try:
     for step in range(start + 1, c.steps + 1):
       t0 = time.time()
@@ -162,9 +184,13 @@ def train(c, workdir: str) -> dict[str, Any]:
       rollouts.write(step, record)
       if step % c.checkpoint.every == 0 or step == c.steps:
         ckpt.save(step, state, exp.state_dict(), meta, models=exp.model_state(step))
+    if c.heldout.size > 0 and not any(r["step"] == c.steps for r in heldout.read(workdir)):
+      evaluate_heldout(c.steps)
   finally:  # Finish pending checkpoint writes and flush logs even when a step fails.
     ckpt.close()
     writer.close()
+  if c.heldout.size > 0 and lead:
+    log(heldout.table(heldout.read(workdir)))
   plot = metrics.plot_curves(workdir, panels=env_spec.plots) if lead else None
   log(f"done: {c.steps} steps in {workdir}" + (f"; curves in {plot}" if plot else ""))
   return last

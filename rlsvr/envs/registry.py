@@ -81,6 +81,10 @@ class Experiment(Protocol):
     """Restores what `model_state` saved (the names saved at the restored step)."""
     ...
 
+  # Optional: `evaluate(sample, policy_params) -> dict[str, float]` scores the policy on
+  # `heldout.size` held-out episodes, the same ones every call, leaving the training state
+  # (stream, baselines) untouched; `k/se` entries are standard errors (`rlsvr.heldout`).
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplerCall:

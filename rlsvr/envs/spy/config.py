@@ -58,6 +58,11 @@ class SpyGameConfig:
       chat template's assistant header. For models too small to follow the
       format (the CPU default); the marker is prompt, not trained on, and the
       parsers read marker + completion. Not in the paper: off by default.
+    constrained_vote: a detector's reply is `\\boxed{` and then one of `1}` ..
+      `n}`, `N/A}`, drawn by the sampler from the model's distribution
+      restricted to these answers (`rlsvr.sampling.choices`); the prompt lists
+      them and asks for no reasoning. For models too small to write a valid vote
+      (the CPU default); not in the paper: off by default.
     sampling: extra keyword arguments passed to every `sample` call
       (temperature, top_p, ...). A dict, so the config is not hashable.
   """
@@ -82,6 +87,7 @@ class SpyGameConfig:
   player_max_new_tokens: int = 4096
   detector_max_new_tokens: int = 4096
   answer_prefill: bool = False
+  constrained_vote: bool = False
   sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):

@@ -35,7 +35,12 @@ def check(c) -> None:
 
 
 class SpyExperiment(StreamExperiment):
-  """SpyRL: one game per source document per step."""
+  """SpyRL: one game per source document per step.
+
+  With `heldout.size > 0` the last min(size, documents // 2) documents are held out of
+  training; `evaluate` plays `heldout.size` games over them (cycling), with spies and
+  masks fixed by the run's seed, `games_per_step` at a time (the step's sampler shapes).
+  """
 
   def __init__(self, ctx: registry.BuildContext):
     from rlsvr.data.corpora import load_corpus  # noqa: PLC0415
@@ -47,17 +52,29 @@ class SpyExperiment(StreamExperiment):
     docs = list(load_corpus(c.spy.task, c.data.source, field=c.data.field or None,
                             config=c.data.config or None, split=c.data.split,
                             limit=c.data.limit or max(10 * c.spy.games_per_step, 1000)))
-    self.items = ItemStream(docs, c.spy.games_per_step, seeding.derive(c.seed, "items"))
+    held = min(c.heldout.size, len(docs) // 2)
+    self.heldout_docs = docs[len(docs) - held:] if held else []
+    self.items = ItemStream(docs[:len(docs) - held], c.spy.games_per_step,
+                            seeding.derive(c.seed, "items"))
 
   def play(self, step: int, sample, policy_params, round_: int = 0):
     del policy_params
     return self.env.play(self.items.next_step(), sample, round_rng(self.c.seed, step, round_),
                          step)
 
+  def evaluate(self, sample, policy_params):
+    del policy_params
+    games = [self.heldout_docs[i % len(self.heldout_docs)] for i in range(self.c.heldout.size)]
+    return self.env.evaluate(games, sample, seeding.rng(self.c.seed, "heldout"),
+                             games_per_call=self.c.spy.games_per_step)
+
 
 def plan(c, est) -> registry.EnvPlan:
   """Players' and detectors' calls; a step trains the clue or the decision phase (or both)."""
   s, per_step = game_config(c), c.spy.games_per_step
+  # A constrained vote is a few tokens (`3}`, `N/A}`); 8 bounds every tokenizer's spelling.
+  vote_tokens = min(s.detector_max_new_tokens, 8) if s.constrained_vote else \
+      s.detector_max_new_tokens
   out = min(est.output_tokens or s.player_max_new_tokens, s.player_max_new_tokens)
   doc = math.ceil(s.truncate_words * est.tokens_per_word)
   seq = s.variant == "sequential"
@@ -66,11 +83,10 @@ def plan(c, est) -> registry.EnvPlan:
                                 est.template_tokens + doc + earlier, s.player_max_new_tokens),
            registry.SamplerCall("detectors", per_step * s.rollout_n,
                                 est.template_tokens + doc + s.rounds * s.num_players * out,
-                                s.detector_max_new_tokens, rows_per_prompt=s.rollout_n))
+                                vote_tokens, rows_per_prompt=s.rollout_n))
   clue = registry.TrainPhase("clue", per_step * s.num_players * s.rounds, ("players",),
                              s.player_max_new_tokens)
-  decide = registry.TrainPhase("decision", per_step * s.rollout_n, ("detectors",),
-                               s.detector_max_new_tokens)
+  decide = registry.TrainPhase("decision", per_step * s.rollout_n, ("detectors",), vote_tokens)
   if s.joint:
     phases = (registry.TrainPhase("joint", clue.rows + decide.rows, ("players", "detectors"),
                                   max(clue.completion_tokens, decide.completion_tokens)),)

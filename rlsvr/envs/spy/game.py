@@ -110,7 +110,10 @@ class SpyGame:
     return [int(t) for t in ids]
 
   def prefill(self, role: str) -> str:
-    """The reply's forced start for "player" or "detector" (empty unless answer_prefill)."""
+    """The reply's forced start for "player" or "detector" (empty unless answer_prefill,
+    or constrained_vote for detectors)."""
+    if role == "detector" and (self.config.answer_prefill or self.config.constrained_vote):
+      return "\\boxed{"
     if not self.config.answer_prefill:
       return ""
     if role == "detector":
@@ -120,8 +123,21 @@ class SpyGame:
   def decode(self, ids: Sequence[int]) -> str:
     return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
-  def _sample(self, sample: SampleFn, prompt_ids: list[list[int]], max_new_tokens: int):
-    completions = list(sample(prompt_ids, max_new_tokens=max_new_tokens, **self.config.sampling))
+  def _vote_choices(self) -> list[list[int]] | None:
+    """Token ids of every valid vote's box end (`3}`, `N/A}`) under constrained_vote."""
+    if not self.config.constrained_vote:
+      return None
+    return [self.tokenizer.encode(a + "}", add_special_tokens=False)
+            for a in prompts.vote_answers(self.config.num_players)]
+
+  def detector_max_new_tokens(self) -> int:
+    choices = self._vote_choices()
+    return max(map(len, choices)) if choices else self.config.detector_max_new_tokens
+
+  def _sample(self, sample: SampleFn, prompt_ids: list[list[int]], max_new_tokens: int,
+              **kwargs):
+    completions = list(sample(prompt_ids, max_new_tokens=max_new_tokens, **self.config.sampling,
+                              **kwargs))
     if len(completions) != len(prompt_ids):
       raise ValueError(f"sample returned {len(completions)} completions for {len(prompt_ids)} "
                        "prompts")
@@ -178,7 +194,9 @@ class SpyGame:
           cfg, reference=game.reference, outputs=game.public_outputs())
       game.detection_ids = self.encode(game.detection_prompt, self.prefill("detector"))
     prompt_ids = [game.detection_ids for game in games for _ in range(cfg.rollout_n)]
-    completions = self._sample(sample, prompt_ids, cfg.detector_max_new_tokens)
+    choices = self._vote_choices()
+    completions = self._sample(sample, prompt_ids, self.detector_max_new_tokens(),
+                               **({"choices": choices} if choices else {}))
     for i, completion in enumerate(completions):
       game = games[i // cfg.rollout_n]
       response = self.prefill("detector") + self.decode(completion.ids)
@@ -196,16 +214,12 @@ class SpyGame:
     cfg = self.config
     phase = "clue" if cfg.variant == "no_spy" else mechanics.phase_at(
         step, cfg.training_phase, cfg.cycle_length)
-    games = [self._new_game(i, item, rng) for i, item in enumerate(items)]
-    self._perform(games, sample)
-    self._detect(games, sample)
+    games = self._play_games(items, sample, rng)
 
     rows: list[tuple[_Game, Any, Trajectory, float]] = []  # game, source, row, raw reward
     perf: list[list[float]] = []
     for game in games:
       votes = [parsed.vote for _, _, parsed in game.detectors]
-      if game.spy is None:
-        game.spy = mechanics.most_voted(votes, cfg.num_players)
       rewards = mechanics.performance_rewards(votes, game.spy, cfg.num_players, cfg.beta, cfg.lam)
       perf.append(rewards)
       for turn in game.turns:
@@ -217,7 +231,7 @@ class SpyGame:
         raw = mechanics.detection_reward(det[2].vote, game.spy, cfg.detection_reward)
         rows.append((game, det, self._row(game.detection_ids, det[0], 2 * game.index + 1,
                                           "detector", phase == "decision" or cfg.joint,
-                                          cfg.detector_max_new_tokens), raw))
+                                          self.detector_max_new_tokens()), raw))
 
     baselines = self.baselines.for_batch([raw for *_, raw in rows],
                                          [row.role for _, _, row, _ in rows])
@@ -237,6 +251,52 @@ class SpyGame:
         records=recs,
         labels={"phase": phase},
     )
+
+  def _play_games(self, items: Sequence[Any], sample: SampleFn,
+                  rng: np.random.Generator) -> list[_Game]:
+    """Plays one game per item: players perform, detectors vote; the spy is known after."""
+    games = [self._new_game(i, item, rng) for i, item in enumerate(items)]
+    self._perform(games, sample)
+    self._detect(games, sample)
+    for game in games:
+      if game.spy is None:
+        game.spy = mechanics.most_voted([p.vote for _, _, p in game.detectors],
+                                        self.config.num_players)
+    return games
+
+  def evaluate(self, items: Sequence[Any], sample: SampleFn, rng: np.random.Generator,
+               games_per_call: int = 0) -> dict[str, float]:
+    """Plays one game per item and scores it without touching the training state.
+
+    `games_per_call` > 0 plays the games that many at a time (a training step's
+    count reuses its compiled sampler shapes); 0: all at once.
+
+    Per game: the detectors' accuracy (votes for the spy / votes), their
+    invalid and abstention rates, and the share of the game's valid votes that
+    went to the spy and to the average civilian (chance: 1 / num_players each).
+    Means over games with their standard errors (`k/se`).
+    """
+    from rlsvr import heldout  # noqa: PLC0415
+
+    n = self.config.num_players
+    acc, invalid, abstain, spy_share, civ_share = [], [], [], [], []
+    chunk = games_per_call or max(len(items), 1)
+    games = [g for i in range(0, len(items), chunk)
+             for g in self._play_games(items[i:i + chunk], sample, rng)]
+    for game in games:
+      votes = [p.vote for _, _, p in game.detectors]
+      acc.append(float(np.mean([v == game.spy for v in votes])))
+      invalid.append(float(np.mean([v is None for v in votes])))
+      abstain.append(float(np.mean([v == mechanics.ABSTAIN for v in votes])))
+      counts = mechanics.vote_counts(votes, n)
+      if sum(counts):
+        spy_share.append(counts[game.spy - 1] / sum(counts))
+        civ_share.append((1 - spy_share[-1]) / (n - 1))
+    return {**heldout.with_se("detect_acc", acc), **heldout.with_se("invalid_vote_rate", invalid),
+            **heldout.with_se("abstain_rate", abstain),
+            **heldout.with_se("vote_share_spy", spy_share),
+            **heldout.with_se("vote_share_civilian", civ_share),
+            "chance_detect_acc": 1.0 / n}
 
   @staticmethod
   def _row(prompt_ids, completion: Completion, group: int, role: str, trained: bool,

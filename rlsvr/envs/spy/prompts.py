@@ -157,7 +157,20 @@ def detector_prompt(
       f"The full, unmasked {text.doc}:\n<{text.doc}>\n{reference}\n</{text.doc}>",
       f"What to look for: {text.look_for}",
       "The players' outputs:\n\n" + format_outputs(outputs, config.rounds),
-      (f"Reason briefly, then give your vote as `\\boxed{{k}}` with k the number (1 to "
-       f"{config.num_players}) of the player you think is the spy, or `\\boxed{{N/A}}` if you "
-       "cannot tell. Write exactly one `\\boxed{}`."),
+      _vote_instruction(config),
   ])
+
+
+def vote_answers(num_players: int) -> list[str]:
+  """The box contents of every valid vote: the player numbers, then N/A."""
+  return [str(k) for k in range(1, num_players + 1)] + ["N/A"]
+
+
+def _vote_instruction(config: SpyGameConfig) -> str:
+  if config.constrained_vote:  # The reply is the box alone: say so, with every answer.
+    answers = ", ".join(f"`\\boxed{{{a}}}`" for a in vote_answers(config.num_players))
+    return (f"Reply with your vote only, one of: {answers}. A number names the player you think "
+            "is the spy; N/A means you cannot tell.")
+  return (f"Reason briefly, then give your vote as `\\boxed{{k}}` with k the number (1 to "
+          f"{config.num_players}) of the player you think is the spy, or `\\boxed{{N/A}}` if you "
+          "cannot tell. Write exactly one `\\boxed{}`.")

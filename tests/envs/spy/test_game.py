@@ -297,3 +297,83 @@ def test_answer_prefill_starts_every_reply_with_its_format_marker(task):
   # The marker belongs to the prompt: trained tokens are only what the model wrote.
   for row in batch.trajectories:
     assert tokenizer.decode(row.prompt_ids).endswith(("Answer:", "\\boxed{Problem:", "\\boxed{"))
+
+
+def _choosing_policy(tokenizer, pick):
+  """A SampleFn: players as `spy_marker_player`; detectors must get `choices` and return one,
+  `pick(prompt, answers)` says which (answers decoded, e.g. "3}")."""
+  calls = []
+
+  def sample(prompts, **kwargs):
+    calls.append(kwargs)
+    out = []
+    for ids in prompts:
+      text = tokenizer.decode(ids)
+      if "You are the judge of" not in text:
+        reply = spy_marker_player(text, "summarisation").split("Answer:")[1]
+        ids = tuple(tokenizer.encode(reply)) + (EOS,)
+        out.append(Completion(ids, (-0.5,) * len(ids), "eos"))
+        continue
+      answers = [tokenizer.decode(c) for c in kwargs["choices"]]
+      chosen = tuple(kwargs["choices"][answers.index(pick(text, answers))])
+      out.append(Completion(chosen, (-0.1,) * len(chosen), "stop"))
+    return out
+
+  return sample, calls
+
+
+def _vote_for_the_marked_spy(text, answers):
+  del answers
+  return re.search(r"Player (\d+): P\d+-SPY", text).group(1) + "}"
+
+
+def test_constrained_votes_are_one_of_the_valid_answers():
+  config = SpyGameConfig.for_task("summarisation", rollout_n=3, constrained_vote=True,
+                                  answer_prefill=True, detector_max_new_tokens=64)
+  tokenizer = ByteTokenizer()
+  sample, calls = _choosing_policy(tokenizer, _vote_for_the_marked_spy)
+  env = SpyGame(config, tokenizer, record_prompts=True)
+  batch = env.play(bundled_corpus("summarisation")[:2], sample, np.random.default_rng(0), 1)
+  detector_call = calls[-1]
+  assert [tokenizer.decode(c) for c in detector_call["choices"]] == ["1}", "2}", "3}", "4}",
+                                                                     "N/A}"]
+  assert detector_call["max_new_tokens"] == 4  # the longest answer, not the free budget
+  prompt = batch.records[0]["detection_prompt"]
+  assert "`\\boxed{1}`, `\\boxed{2}`, `\\boxed{3}`, `\\boxed{4}`, `\\boxed{N/A}`" in prompt
+  assert "Reason briefly" not in prompt
+  for record in batch.records:
+    assert [d["vote"] for d in record["detectors"]] == [record["spy"]] * 3
+  assert batch.metrics["spy/invalid_vote_rate"] == 0.0
+  detectors = [r for r in batch.trajectories if r.role == "detector"]
+  assert all(tokenizer.decode(r.prompt_ids).endswith("\\boxed{") for r in detectors)
+  assert all(r.max_new_tokens == 4 for r in detectors)
+
+
+def test_evaluate_scores_games_without_touching_the_training_state():
+  config = SpyGameConfig.for_task("summarisation", rollout_n=2, constrained_vote=True,
+                                  answer_prefill=True)
+  tokenizer = ByteTokenizer()
+  env = SpyGame(config, tokenizer)
+  env.baselines.load_state_dict({"spy": 0.5, "civilian": -0.1})
+  before = env.state_dict()
+  games = bundled_corpus("summarisation")[:6]
+  evaluate = lambda pick: env.evaluate(games, _choosing_policy(tokenizer, pick)[0],
+                                       np.random.default_rng(0))
+
+  finder = evaluate(_vote_for_the_marked_spy)
+  assert env.state_dict() == before and evaluate(_vote_for_the_marked_spy) == finder
+  assert (finder["detect_acc"], finder["detect_acc/se"]) == (1.0, 0.0)
+  assert (finder["vote_share_spy"], finder["vote_share_civilian"]) == (1.0, 0.0)
+  assert finder["invalid_vote_rate"] == 0.0 and finder["chance_detect_acc"] == 0.25
+
+  abstainer = evaluate(lambda text, answers: "N/A}")
+  assert abstainer["abstain_rate"] == 1.0 and abstainer["detect_acc"] == 0.0
+  assert np.isnan(abstainer["vote_share_spy"])  # no valid vote: no share to report
+
+  # Everyone votes Player 1: the accuracy is the share of games whose spy is Player 1.
+  ones = evaluate(lambda text, answers: "1}")
+  rng = np.random.default_rng(0)
+  hits = [float(env._new_game(i, g, rng).spy == 1) for i, g in enumerate(games)]
+  assert ones["detect_acc"] == pytest.approx(np.mean(hits))
+  assert ones["detect_acc/se"] == pytest.approx(np.std(hits, ddof=1) / np.sqrt(len(hits)))
+  assert ones["vote_share_spy"] == pytest.approx(np.mean(hits))
