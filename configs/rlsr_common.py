@@ -42,6 +42,12 @@ def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   c.rlsr.judge_repeat = False  # delayed: copy again every judge_delay_steps.
   c.rlsr.policy_max_new_tokens = 2048  # Answer length (paper 2048).
   c.rlsr.judge_max_new_tokens = 1024  # Judge response length.
+  # Text every policy reply starts with (e.g. "<answer>"), for models too small to follow
+  # the format; "" : none (the paper).
+  c.rlsr.answer_prefill = ""
+  # The judge's reply is `\boxed{` plus `1}` or `0}`, drawn from its distribution restricted
+  # to the two (no reasoning); for judges too small to write a verdict. Not the paper's.
+  c.rlsr.constrained_verdict = False
   # Cache slots per sampler slice: the judge's 512 prompts at once need ~140 GB per device
   # on 8 x 80 GB; 640 Ki slots (128 judge rows of 4096 + 1024) fit (`python -m rlsvr.plan`).
   c.sampling.max_cache_tokens = 640 * 1024
@@ -65,6 +71,15 @@ def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.rlsr.group_size = 4
     c.rlsr.policy_max_new_tokens = 64
     c.rlsr.judge_max_new_tokens = 32
+    # SmolLM2-135M wrote no <answer> block and no parseable verdict in 3 steps (every reward
+    # 0, no group with spread); with the block opened and the verdict restricted to 1 / 0
+    # both parse.
+    c.rlsr.answer_prefill = "<answer>"
+    c.rlsr.constrained_verdict = True
+    # Greedy, the 135M judge accepted every one of 64 answers (every group flat); sampled,
+    # an answer's reward is the judge's probability of accepting it.
+    c.judge.temperature = 1.0
+    c.heldout.size = 8  # Before/after true reward and judge TPR/TNR on 8 held-out problems.
     # Read only when delayed (the variant or --config.rlsr.judge_weights=delayed alike).
     c.rlsr.judge_delay_steps = 1
     c.checkpoint.every = 4

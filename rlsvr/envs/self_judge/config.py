@@ -25,6 +25,14 @@ class SelfJudgeConfig:
     judge_weights, judge_delay_steps, judge_repeat: the judge-weights
       schedule (`judge.JudgeSchedule`), applied by the trainer.
     policy_max_new_tokens, judge_max_new_tokens: length limits per call.
+    answer_prefill: text every policy reply starts with (after the chat
+      template's assistant header; e.g. "<answer>"); the answer extraction,
+      the verifier and the judge read it + the completion, and it is not
+      trained on. For models too small to follow the format; "" : none.
+    constrained_verdict: the judge's reply is `\\boxed{` and then `1}` or
+      `0}`, drawn by the sampler from the judge's distribution restricted to
+      these two (`rlsvr.sampling.choices`; no reasoning, judge_max_new_tokens
+      unused). For judges too small to write a parseable verdict.
     sampling, judge_sampling: extra keyword arguments for the policy's and
       the judge's `sample` calls (temperature, top_p, ...).
     verifier_time_limit_s, integral_time_limit_s: safety-net time limits of
@@ -43,6 +51,8 @@ class SelfJudgeConfig:
   judge_repeat: bool = False
   policy_max_new_tokens: int = 1024
   judge_max_new_tokens: int = 1024
+  answer_prefill: str = ""
+  constrained_verdict: bool = False
   sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
   judge_sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
   verifier_time_limit_s: float = 30.0

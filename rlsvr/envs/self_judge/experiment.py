@@ -45,7 +45,12 @@ def rlsr_problems(c) -> list[Any]:
 
 
 class SelfJudgeExperiment(StreamExperiment):
-  """RLSR: the policy answers each problem G times; a judge model rewards the answers."""
+  """RLSR: the policy answers each problem G times; a judge model rewards the answers.
+
+  With `heldout.size > 0` the last min(size, problems // 2) problems are held out of
+  training; `evaluate` answers and judges them (the judge as the schedule has it now),
+  `problems_per_step` at a time (the step's sampler shapes).
+  """
 
   def __init__(self, ctx: registry.BuildContext):
     from rlsvr.envs.self_judge.env import SelfJudgeEnv  # noqa: PLC0415
@@ -68,7 +73,10 @@ class SelfJudgeExperiment(StreamExperiment):
                                  max_cache_tokens=c.sampling.max_cache_tokens)
     self.env = SelfJudgeEnv(cfg, ctx.tokenizer, judge_tokenizer=jtok,
                             chat_template_kwargs=ctx.chat_template_kwargs)
-    self.items = ItemStream(rlsr_problems(c), c.rlsr.problems_per_step,
+    problems = rlsr_problems(c)
+    held = min(c.heldout.size, len(problems) // 2)
+    self.heldout_problems = problems[len(problems) - held:] if held else []
+    self.items = ItemStream(problems[:len(problems) - held], c.rlsr.problems_per_step,
                             seeding.derive(c.seed, "items"))
     self._judge_calls = (0, itertools.count())  # (step, counter): rounds of a step share it
 
@@ -93,6 +101,17 @@ class SelfJudgeExperiment(StreamExperiment):
     return self.env.play(self.items.next_step(), sample, round_rng(self.c.seed, step, round_),
                          step, judge_sample=judge_sample)
 
+  def evaluate(self, sample, policy_params):
+    judge_params = policy_params if self.schedule.mode == "online" else self.judge_params
+    calls = itertools.count()
+
+    def judge_sample(prompts, **kw):
+      seed = seeding.derive(self.c.seed, "heldout-judge", next(calls))
+      return self.judge_sampler(judge_params, prompts, seed=seed, **kw)
+
+    return self.env.evaluate(self.heldout_problems, sample, judge_sample,
+                             problems_per_call=self.c.rlsr.problems_per_step)
+
   def model_state(self, step: int) -> dict[str, Any]:
     """The judge's weights when they are a delayed copy (fixed ones are rebuilt, online
     ones are the policy's)."""
@@ -110,7 +129,8 @@ def plan(c, est) -> registry.EnvPlan:
   calls = (registry.SamplerCall("policy", rows, est.template_tokens, r.policy_max_new_tokens,
                                 rows_per_prompt=r.group_size),
            registry.SamplerCall("judge", rows, est.template_tokens + r.policy_max_new_tokens,
-                                r.judge_max_new_tokens, model=judge))
+                                min(r.judge_max_new_tokens, 8) if r.constrained_verdict
+                                else r.judge_max_new_tokens, model=judge))
   note = (f"rlsr prompts: policy = template {est.template_tokens}; judge = template + a whole "
           f"response ({r.policy_max_new_tokens}: one answer without <answer> suffices)")
   # No judge.source: the experiment keeps the initial weights (or a delayed copy).
@@ -121,7 +141,9 @@ def plan(c, est) -> registry.EnvPlan:
 
 SPEC = registry.register(registry.EnvSpec(
     name="rlsr", check=check, build=SelfJudgeExperiment, plan=plan,
+    # judge: accuracy over the verdicts it gave; no-verdict: the share it did not give.
     console=(("self_judge/true_reward", "true", "{:.2f}"),
-             ("self_judge/judge_acc", "judge", "{:.2f}")),
+             ("self_judge/judge_acc", "judge", "{:.2f}"),
+             ("self_judge/judge_parse_failure_rate", "no-verdict", "{:.2f}")),
     plots=(("judge accuracy", ("self_judge/judge_acc", "self_judge/true_reward",
                                "self_judge/judge_tpr", "self_judge/judge_tnr")),)))

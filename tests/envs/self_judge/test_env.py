@@ -90,10 +90,12 @@ def test_countdown_rewards_metrics_and_records():
   assert m["self_judge/format_rate"] == 0.5
   assert m["self_judge/reward"] == pytest.approx(0.55)
   assert m["self_judge/judge_positive_rate"] == 0.5
+  # Over the 6 verdicts given: both correct answers accepted, 2 of the 4 parsed wrong ones
+  # rejected; the 2 unparsed verdicts (wrong answers) count for neither side.
   assert m["self_judge/judge_tpr"] == 1.0
-  assert m["self_judge/judge_tnr"] == pytest.approx(4 / 6)
-  assert m["self_judge/judge_fpr"] == pytest.approx(2 / 6)
-  assert m["self_judge/judge_acc"] == 0.75
+  assert m["self_judge/judge_tnr"] == pytest.approx(2 / 4)
+  assert m["self_judge/judge_fpr"] == pytest.approx(2 / 4)
+  assert m["self_judge/judge_acc"] == pytest.approx(4 / 6)
   assert m["self_judge/judge_parse_failures"] == 2.0
   assert m["self_judge/judge_parse_failure_rate"] == 0.25
   assert m["self_judge/response_length/clip_ratio"] == 0.25
@@ -105,6 +107,20 @@ def test_countdown_rewards_metrics_and_records():
       (True, True, 1), (True, False, 1), (False, False, None), (False, False, 0)]
   assert "step 7" in batch.record_text and "7*3+5+2" in batch.record_text
   assert env.state_dict() == {}
+
+
+def test_a_judge_that_never_gives_a_verdict_reports_no_accuracy():
+  """Unparsed verdicts are not rejections: a silent judge must not look perfect on negatives."""
+  tokenizer = ByteTokenizer()
+  config = SelfJudgeConfig(group_size=4, policy_max_new_tokens=64, judge_max_new_tokens=32)
+  policy = Scripted(tokenizer, _countdown_policy)
+  silent = Scripted(tokenizer, lambda text, k: "I am not sure.")
+  m = SelfJudgeEnv(config, tokenizer, judge_sample=silent).play(
+      PROBLEMS, policy, np.random.default_rng(0), step=1).metrics
+  assert m["self_judge/judge_parse_failure_rate"] == 1.0
+  assert m["self_judge/reward"] == pytest.approx(0.1 * m["self_judge/format_rate"])
+  for key in ("judge_acc", "judge_tpr", "judge_tnr", "judge_fpr"):
+    assert f"self_judge/{key}" not in m
 
 
 def test_metrics_without_positives_leave_tpr_out():
@@ -191,3 +207,49 @@ def test_sample_count_mismatch_raises():
   env = SelfJudgeEnv(SelfJudgeConfig(group_size=2), tokenizer)
   with pytest.raises(ValueError, match="completions"):
     env.play(PROBLEMS[:1], lambda prompts, **kw: [], np.random.default_rng(0), 1)
+
+
+@pytest.mark.parametrize("per_call", [0, 1])
+def test_evaluate_scores_the_judge_over_the_verdicts_it_gave(per_call):
+  tokenizer, judge_tokenizer = ByteTokenizer(), ShiftTokenizer(as_mapping=True)
+  config = SelfJudgeConfig(group_size=4, judge_template="countdown_4",
+                           policy_max_new_tokens=64, judge_max_new_tokens=32)
+  policy, judge = Scripted(tokenizer, _countdown_policy), Scripted(judge_tokenizer, _judge)
+  env = SelfJudgeEnv(config, tokenizer, judge_sample=judge, judge_tokenizer=judge_tokenizer)
+  out = env.evaluate(PROBLEMS, policy, problems_per_call=per_call)
+  assert len(policy.calls) == (2 if per_call == 1 else 1)
+  assert out["true_reward"] == 0.25 and out["judge_unparsed_rate"] == 0.25
+  assert out["judge_acc"] == pytest.approx(4 / 6) and out["judge_tpr"] == 1.0
+  assert out["judge_tnr"] == pytest.approx(0.5)
+  hits = [1.0] * 4 + [0.0] * 2  # the 6 parsed verdicts: right, right, right, right, wrong, wrong
+  assert out["judge_acc/se"] == pytest.approx(np.std(hits, ddof=1) / np.sqrt(6))
+  assert out["reward"] == pytest.approx(0.55)
+
+
+def test_constrained_verdicts_and_the_answer_prefill():
+  tokenizer = ByteTokenizer()
+  config = SelfJudgeConfig(group_size=4, policy_max_new_tokens=64, judge_max_new_tokens=32,
+                           answer_prefill="<answer>", constrained_verdict=True)
+  seen = {}
+
+  def policy(prompts, **kw):
+    seen["policy"] = [tokenizer.decode(p) for p in prompts]
+    text = " 7*3+5+2 </answer>"
+    return [Completion(tuple(tokenizer.encode(text)), (-0.1,) * len(text), "eos")
+            for _ in prompts]
+
+  def judge(prompts, **kw):
+    seen["judge"] = ([tokenizer.decode(p) for p in prompts], kw)
+    return [Completion(tuple(kw["choices"][k % 2]), (-0.1,) * len(kw["choices"][k % 2]), "stop")
+            for k in range(len(prompts))]
+
+  batch = SelfJudgeEnv(config, tokenizer, judge_sample=judge).play(
+      PROBLEMS, policy, np.random.default_rng(0), step=1)
+  assert all(p.endswith("<answer>") for p in seen["policy"])
+  judge_prompts, kw = seen["judge"]
+  assert [tokenizer.decode(c) for c in kw["choices"]] == ["1}", "0}"]
+  assert kw["max_new_tokens"] == 2 and all(p.endswith("\\boxed{") for p in judge_prompts)
+  answers = [a for r in batch.records for a in r["answers"]]
+  assert [a["judge_says"] for a in answers] == [1, 0] * 4
+  assert all(a["response"].startswith("<answer> 7*3+5+2") for a in answers)
+  assert batch.metrics["self_judge/judge_parse_failure_rate"] == 0.0
