@@ -3,6 +3,7 @@
 Variants (comma-separated, e.g. `configs/spy_summ.py:cpu,sequential`):
   (none)      the paper's run: Qwen3-4B-Instruct-2507, 128 games per step, 8 devices
   cpu         the embedded default: SmolLM2-135M-Instruct, bundled corpus, small games
+  cpu_long    `cpu` for about 50 minutes on 2 cores: 20 steps, 16 held-out games
   smoke       tiny random Qwen3 with the real Qwen3 tokenizer; seconds (tests)
   sequential  the two-player sequential game
   no_spy      the no-spy ablation (clue phase only)
@@ -14,7 +15,7 @@ from ml_collections.config_dict import placeholder
 
 from configs.base import base_config, parse_variants, run_locally
 
-VARIANTS = ("cpu", "smoke", "sequential", "no_spy", "released", "bundled")
+VARIANTS = ("cpu", "cpu_long", "smoke", "sequential", "no_spy", "released", "bundled")
 
 
 def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
@@ -61,6 +62,8 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   # fit 80 GB (`python -m rlsvr.plan`).
   c.sampling.max_cache_tokens = 640 * 1024
 
+  if "cpu_long" in variants:
+    variants.append("cpu")
   if "cpu" in variants:
     # Sized for ~10 minutes on 2 CPU cores: the train step over the detection prompts
     # (reference document + every player's output) dominates, so documents are short.
@@ -84,7 +87,18 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.spy.constrained_vote = True
     # Before/after detection accuracy on 8 games over held-out documents (~1.5 min each).
     c.heldout.size = 8
+    # A decision step whose detectors all miss (or all hit) has no signal: up to 3 rounds of
+    # games are played for groups with spread (DAPO's dynamic sampling).
+    c.grpo.filter_groups = True
+    c.grpo.max_num_gen_batches = 3
     c.checkpoint.every = 2
+  if "cpu_long" in variants:
+    # Does detection rise above chance at this scale? 10 decision + 10 clue steps, and a
+    # held-out evaluation whose standard error (16 games x 4 votes) can tell.
+    c.steps = 20
+    c.grpo.lr = 2e-5
+    c.heldout.size = 16
+    c.checkpoint.every = 6
   if "smoke" in variants:
     run_locally(c, "random:tiny", tokenizer="qwen3")
     c.data.source = "bundled"

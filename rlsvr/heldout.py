@@ -14,30 +14,19 @@ drops the lines past its restored step (`rewind`), like every other output.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from typing import Any, Mapping, Sequence
+
+from rlsvr.eval.runner import mean_stderr
 
 FILE = "heldout.jsonl"
 SE = "/se"
 
 
-def mean_se(values: Sequence[float]) -> tuple[float, float]:
-  """The mean and its standard error (sample std / sqrt(n); 0 for fewer than 2 values)."""
-  n = len(values)
-  if n == 0:
-    return math.nan, math.nan
-  mean = sum(values) / n
-  if n < 2:
-    return mean, 0.0
-  var = sum((v - mean) ** 2 for v in values) / (n - 1)
-  return mean, math.sqrt(var / n)
-
-
 def with_se(name: str, values: Sequence[float]) -> dict[str, float]:
   """{name: mean, name/se: standard error} of per-episode values."""
-  mean, se = mean_se(values)
+  mean, se = mean_stderr(values)
   return {name: mean, name + SE: se}
 
 

@@ -15,9 +15,11 @@ from rlsvr.rl.rollout import EpisodeBatch
 
 # Console columns: (metric, label, format); the environment's own go between the two.
 # Missing metrics are skipped.
-# `flat`: the share of trained groups whose raw rewards are all equal (no learning signal).
+# `flat`: the share of played groups whose raw rewards are all equal (no learning signal);
+# `kept`: under grpo.filter_groups, the groups with signal the update trains on.
 _CONSOLE_HEAD = (("phase", "phase", "{}"), ("reward/mean", "reward", "{:+.3f}"),
                  ("frac_reward_zero_std", "flat", "{:.2f}"),
+                 ("filter/groups_kept", "kept", "{:.0f}"),
                  ("actor/kl", "kl", "{:.4f}"), ("actor/pg_loss", "pg", "{:+.3f}"))
 _CONSOLE_TAIL = (("perf/tokens_per_s", "tok/s", "{:.0f}"), ("perf/step_s", "s/step", "{:.1f}"))
 

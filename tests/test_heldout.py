@@ -12,15 +12,14 @@ from tests.conftest import smoke_config
 
 @pytest.mark.parametrize("values", [[1.0, 0.0, 0.0, 1.0, 1.0], [0.25, 0.5], [3.0, 3.0, 3.0]])
 def test_mean_and_standard_error_match_scipy(values):
-  mean, se = heldout.mean_se(values)
-  assert mean == pytest.approx(np.mean(values))
-  assert se == pytest.approx(scipy.stats.sem(values), abs=1e-12)
-  assert heldout.with_se("acc", values) == {"acc": mean, "acc/se": se}
+  out = heldout.with_se("acc", values)
+  assert out["acc"] == pytest.approx(np.mean(values))
+  assert out["acc/se"] == pytest.approx(scipy.stats.sem(values), abs=1e-12)
 
 
-def test_mean_se_of_one_or_no_value():
-  assert heldout.mean_se([0.5]) == (0.5, 0.0)
-  assert all(np.isnan(heldout.mean_se([])))
+def test_with_se_of_one_or_no_value():
+  assert heldout.with_se("acc", [0.5]) == {"acc": 0.5, "acc/se": 0.0}
+  assert all(np.isnan(v) for v in heldout.with_se("acc", []).values())
 
 
 def test_rewind_keeps_the_evaluations_up_to_the_restored_step(tmp_path):

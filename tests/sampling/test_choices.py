@@ -5,23 +5,11 @@ import numpy as np
 import pytest
 
 from rlsvr.sampling import Sampler, choices as choices_lib, generate, strategies
-from tests.model.hf_reference import make_hf_model
-from tests.sampling.test_sampler import (  # noqa: F401  (one_torch_thread: autouse fixture)
-    apply, hf_greedy, one_torch_thread, teacher_forced_logits)
+from tests.sampling.test_sampler import (  # noqa: F401  (fixtures: tiny, prompts, one_torch_thread)
+    apply, hf_greedy, one_torch_thread, prompts, teacher_forced_logits, tiny)
 
 # Shared prefixes, different lengths, a one-token choice: every trie shape.
 CHOICES = ((7, 3), (7, 5, 9), (11,), (12, 3, 3, 4))
-
-
-@pytest.fixture(scope="module")
-def tiny():
-  return make_hf_model("qwen3", seed=0, tie_word_embeddings=False)
-
-
-@pytest.fixture(scope="module")
-def prompts(tiny):
-  rng = np.random.default_rng(0)
-  return [rng.integers(1, tiny[1].vocab_size, n).tolist() for n in (5, 16, 9, 3)]
 
 
 def test_table_is_the_trie_of_the_choices():
