@@ -76,9 +76,9 @@ def rlsr_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     # both parse.
     c.rlsr.answer_prefill = "<answer>"
     c.rlsr.constrained_verdict = True
-    # Greedy, the 135M judge accepted every one of 64 answers (every group flat); sampled,
-    # an answer's reward is the judge's probability of accepting it.
-    c.judge.temperature = 1.0
+    # The greedy judge (the default) accepts nearly every answer, so the format bonus is
+    # the signal: held-out format rate 0.13 -> 0.53 in 4 steps. Sampled at temperature 1,
+    # its verdicts were coin flips that drowned the bonus (format 0.13 -> 0.00 in 8 steps).
     c.heldout.size = 8  # Before/after true reward and judge TPR/TNR on 8 held-out problems.
     # Read only when delayed (the variant or --config.rlsr.judge_weights=delayed alike).
     c.rlsr.judge_delay_steps = 1
