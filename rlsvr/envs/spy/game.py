@@ -116,8 +116,6 @@ class SpyGame:
       return "\\boxed{"
     if not self.config.answer_prefill:
       return ""
-    if role == "detector":
-      return "\\boxed{"
     return "\\boxed{Problem:" if self.config.task == "math" else "Answer:"
 
   def decode(self, ids: Sequence[int]) -> str:
@@ -218,6 +216,7 @@ class SpyGame:
 
     rows: list[tuple[_Game, Any, Trajectory, float]] = []  # game, source, row, raw reward
     perf: list[list[float]] = []
+    detector_budget = self.detector_max_new_tokens()
     for game in games:
       votes = [parsed.vote for _, _, parsed in game.detectors]
       rewards = mechanics.performance_rewards(votes, game.spy, cfg.num_players, cfg.beta, cfg.lam)
@@ -231,7 +230,7 @@ class SpyGame:
         raw = mechanics.detection_reward(det[2].vote, game.spy, cfg.detection_reward)
         rows.append((game, det, self._row(game.detection_ids, det[0], 2 * game.index + 1,
                                           "detector", phase == "decision" or cfg.joint,
-                                          self.detector_max_new_tokens()), raw))
+                                          detector_budget), raw))
 
     baselines = self.baselines.for_batch([raw for *_, raw in rows],
                                          [row.role for _, _, row, _ in rows])
