@@ -9,6 +9,8 @@ From a fresh clone (the TRL venv as in ../shared/TOOLCHAIN.md, "Peers for side-b
   /tmp/peers/bin/pip install math-verify==0.9.0   # --task math only (its accuracy reward)
   .venv/bin/python bench/learning_vs_trl.py --task length --seeds 0 --steps 15   # ~30 min
   .venv/bin/python bench/learning_vs_trl.py --task math --seeds 0,1 --steps 15
+  # --reuse keeps the seeds already finished in --out with the same settings, so
+  # `--seeds 0` now and `--seeds 0,1 --reuse` later runs seed 1 only.
   .venv/bin/python bench/learning_vs_trl.py --task length --steps 2 --prompts-per-step 2 \
       --group-size 4 --max-new-tokens 8 --out /tmp/lvt     # a ~3-minute end-to-end check
 
@@ -237,6 +239,24 @@ def run(cmd: list[str], env: dict[str, str], log_path: str) -> dict[str, float]:
           "cpu_s": r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime}
 
 
+RESULT = "result.json"
+
+
+def finished_seed(seed_dir: str, specs: dict[str, dict]) -> dict | None:
+  """A seed's stored result when it was run with exactly these specs, else None: seeds
+  accumulate over invocations (--reuse) without mixing settings."""
+  try:
+    stored = {}
+    for side in specs:
+      with open(os.path.join(seed_dir, f"{side}_spec.json"), encoding="utf-8") as f:
+        stored[side] = json.load(f)
+    with open(os.path.join(seed_dir, RESULT), encoding="utf-8") as f:
+      result = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return result if stored == json.loads(json.dumps(specs)) else None
+
+
 def run_seed(args, seed: int, rows: list[dict], chat: bool, model_dir: str) -> dict:
   d = os.path.join(args.out, f"seed{seed}")
   os.makedirs(d, exist_ok=True)
@@ -261,6 +281,9 @@ def run_seed(args, seed: int, rows: list[dict], chat: bool, model_dir: str) -> d
   specs = {"ours": dict(common, data=paths["data"], data_order=paths["order"], workdir=workdir,
                         out=paths["ours"]),
            "trl": dict(common, data=paths["order"], out=paths["trl"])}
+  if args.reuse and (done := finished_seed(d, specs)) is not None:
+    print(f"seed {seed}: reusing {os.path.join(d, RESULT)}", flush=True)
+    return done
   for side in ("ours", "trl"):
     with open(os.path.join(d, f"{side}_spec.json"), "w", encoding="utf-8") as f:
       json.dump(specs[side], f, indent=1)
@@ -287,10 +310,13 @@ def run_seed(args, seed: int, rows: list[dict], chat: bool, model_dir: str) -> d
   checks = {"prompts_match": prompts_match,
             "prompt_ids_match": ours_out["prompt_ids_0"] == raw_trl[1]["prompt_ids_0"],
             "trl_generation_config": trl_out["generation_config"]}
-  return {"seed": seed, "ours": ours, "trl": trl, "checks": checks,
-          "process": {"ours": {**ours_proc, "train_s": ours_out["run_s"]},
-                      "trl": {**trl_proc, "train_s": trl_out["train_s"]}},
-          "versions": trl_out["versions"]}
+  result = {"seed": seed, "ours": ours, "trl": trl, "checks": checks,
+            "process": {"ours": {**ours_proc, "train_s": ours_out["run_s"]},
+                        "trl": {**trl_proc, "train_s": trl_out["train_s"]}},
+            "versions": trl_out["versions"]}
+  with open(os.path.join(d, RESULT), "w", encoding="utf-8") as f:
+    json.dump(result, f, indent=1)
+  return result
 
 
 # ------------------------------------------------------------ report
@@ -337,6 +363,8 @@ def main() -> None:
   p.add_argument("--out", default="runs/learning_vs_trl")
   p.add_argument("--trl-python", default="/tmp/peers/bin/python")
   p.add_argument("--ours-python", default=sys.executable)
+  p.add_argument("--reuse", action="store_true",
+                 help="keep a seed already finished in --out with the same settings")
   args = p.parse_args()
   if args.ours_worker:
     return ours_worker(args.ours_worker)

@@ -1,4 +1,5 @@
 """The pure helpers of bench/learning_vs_trl.py and its reward functions (no model, no TRL)."""
+import json
 import math
 
 import pytest
@@ -65,3 +66,17 @@ def test_draw_order_replays_passes_of_the_stream():
   assert sorted(r["prompt"] for r in order[:4]) == sorted(r["prompt"] for r in order[4:]) == \
       [r["prompt"] for r in rows]
   assert order == lvt.draw_order(rows, 2, 4, seed=3)
+
+
+def test_finished_seed_is_reused_only_with_the_same_settings(tmp_path):
+  specs = {"ours": {"seed": 1, "lr": 2e-5, "funcs": ["length"]}, "trl": {"seed": 1}}
+  assert lvt.finished_seed(str(tmp_path), specs) is None  # Nothing there.
+  for side, spec in specs.items():
+    (tmp_path / f"{side}_spec.json").write_text(json.dumps(spec))
+  assert lvt.finished_seed(str(tmp_path), specs) is None  # Specs but no result: a crashed run.
+  (tmp_path / lvt.RESULT).write_text('{"seed": 1, "ours": [], "trl": []}')
+  assert lvt.finished_seed(str(tmp_path), specs)["seed"] == 1
+  other = {**specs, "ours": {**specs["ours"], "lr": 1e-5}}
+  assert lvt.finished_seed(str(tmp_path), other) is None
+  (tmp_path / lvt.RESULT).write_text('{"seed": 1, "ours"')  # Torn write.
+  assert lvt.finished_seed(str(tmp_path), specs) is None
