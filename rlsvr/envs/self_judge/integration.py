@@ -8,9 +8,10 @@ written as SymPy text (the policy's format) or LaTeX (official keys):
   real points drawn from a seed that is a hash of the problem and the
   answer, with a relative tolerance; any constant (or `+ C`) is ignored;
 - definite: compare the answer's value with the integral's value, computed
-  once per problem by `quadrature.integral` (fixed-degree tanh-sinh on pieces
-  split at jumps and kinks, fine float64 panels for fast oscillations); when
-  neither pins it down the value is unknown and no answer verifies.
+  once per problem by `tails.integral` (`quadrature`'s fixed-degree tanh-sinh on pieces
+  split at jumps and kinks, fine float64 panels for fast oscillations, series
+  for infinitely many of either toward an end); when none pins it down the
+  value is unknown and no answer verifies.
 
 Decisions are bounded by sizes and operation counts (`numeric`, `quadrature`), never by
 the clock, so they are the same on every machine and under any load. Every
@@ -35,7 +36,7 @@ from typing import Any, Sequence
 import mpmath
 import sympy
 
-from rlsvr.envs.self_judge import numeric, quadrature, safe_math, workers
+from rlsvr.envs.self_judge import numeric, quadrature, safe_math, tails, workers
 from rlsvr.envs.self_judge.quadrature import IntegralValue
 from rlsvr.envs.self_judge.latex import closed_forms, latex_to_sympy
 from rlsvr.envs.self_judge.tasks import Verdict
@@ -248,7 +249,7 @@ def _mp_bound(bound: sympy.Expr) -> Any:
 def _definite_value_task(problem: Problem) -> IntegralValue | None:
   params = _parameter_values(problem)
   lower, upper = (_mp_bound(b.xreplace(params)) for b in problem.bounds)
-  return quadrature.integral(problem.integrand.xreplace(params), problem.variable, lower, upper)
+  return tails.integral(problem.integrand.xreplace(params), problem.variable, lower, upper)
 
 
 def _value_task(problem: Problem, answer: str, fmt: str, value: IntegralValue) -> str:

@@ -52,7 +52,7 @@ class IntegralValue:
     return max(ABS_FLOOR, 10 * self.error, 1e-10 * self.scale)
 
 
-def _accurate(value: Any, error: Any, scale: Any) -> bool:
+def accurate(value: Any, error: Any, scale: Any) -> bool:
   # Known to 1e-8 of the value, or (an integral near 0) to 1e-11 of the integral of |f|.
   return error <= max(1e-8 * abs(value), 1e-11 * scale)
 
@@ -110,27 +110,33 @@ def trustworthy(fn: Callable[[Any], Any], points: list[Any]) -> bool:
 
 
 
-_ERRORS = (ArithmeticError, ValueError, TypeError, numeric.NotNumeric, numeric.OperationLimit)
+ERRORS = (ArithmeticError, ValueError, TypeError, numeric.NotNumeric, numeric.OperationLimit)
 
 
-def integral(integrand: sympy.Expr, x: sympy.Symbol, lower: Any, upper: Any
-             ) -> IntegralValue | None:
-  """The integral over (lower, upper) (mpmath bounds), or None when it cannot be pinned down."""
+def mp_function(integrand: sympy.Expr, x: sympy.Symbol) -> Callable[[Any], Any]:
+  """The integrand as an mpmath function of x (our problem data, not model text)."""
   if integrand.has(sympy.Sum, sympy.Product):  # lambdify cannot print them; ours adds them up
     def fn(t):
       z = numeric.evaluate(integrand, {x: t}, dps=mpmath.mp.dps)
       if z is None:
         raise ArithmeticError("not finite")
       return z
-  else:
-    fn = sympy.lambdify(x, integrand, "mpmath")  # our problem data, not model text
-  work, finite = _work(integrand), mpmath.isfinite(lower) and mpmath.isfinite(upper)
+    return fn
+  return sympy.lambdify(x, integrand, "mpmath")
+
+
+def integral(integrand: sympy.Expr, x: sympy.Symbol, lower: Any, upper: Any
+             ) -> IntegralValue | None:
+  """The integral over (lower, upper) (mpmath bounds) by panels (finite intervals) or
+  tanh-sinh, or None when they cannot pin it down (`tails.integral` then tries series)."""
+  fn = mp_function(integrand, x)
+  work, finite = tree_work(integrand), mpmath.isfinite(lower) and mpmath.isfinite(upper)
   scan = len(pieces.MASS_GRID) + 8 * _TANH_SINH_EVALUATIONS
   if not finite and scan * work > _MAX_TANH_SINH_WORK:
     return None  # only tanh-sinh integrates to infinity, and it cannot afford this tree
   try:
     points = pieces.integration_points(integrand, x, lower, upper, fn)
-  except _ERRORS:
+  except ERRORS:
     return None
   value = _panels(integrand, x, points, fn, work) if finite else None
   affordable = (len(points) - 1) * _TANH_SINH_EVALUATIONS * work <= _MAX_TANH_SINH_WORK
@@ -146,15 +152,15 @@ _MAX_TANH_SINH_WORK = 30_000_000
 _TERMS_OF_AN_INFINITE_SERIES = 100  # a typical stop of `numeric.evaluate`'s series
 
 
-def _work(expr: sympy.Basic) -> int:
+def tree_work(expr: sympy.Basic) -> int:
   """Nodes evaluated per point, a sum or product counting its body once per term."""
   if isinstance(expr, (sympy.Sum, sympy.Product)):
     terms = 1
     for _, lo, hi in expr.limits:
       count = hi - lo + 1
       terms *= int(count) if count.is_Integer else _TERMS_OF_AN_INFINITE_SERIES
-    return 1 + max(terms, 1) * _work(expr.function)
-  return 1 + sum(_work(arg) for arg in expr.args)
+    return 1 + max(terms, 1) * tree_work(expr.function)
+  return 1 + sum(tree_work(arg) for arg in expr.args)
 
 
 def _tanh_sinh(fn: Callable[[Any], Any], points: list[Any]) -> IntegralValue | None:
@@ -164,7 +170,7 @@ def _tanh_sinh(fn: Callable[[Any], Any], points: list[Any]) -> IntegralValue | N
     try:
       value, error = definite_integral(fn, points, dps)
       scale, scale_error = definite_integral(lambda t: abs(fn(t)), points, dps)
-    except _ERRORS:
+    except ERRORS:
       return None
     with mpmath.workdps(30):
       z = mpmath.mpc(value)
@@ -173,7 +179,7 @@ def _tanh_sinh(fn: Callable[[Any], Any], points: list[Any]) -> IntegralValue | N
     # |value| <= the integral of |f|. That integral has kinks at every zero of f and may be
     # known only roughly: it only sets the slack of comparisons near zero.
     consistent = abs(z) <= (scale + scale_error) * (1 + 1e-9)
-    if consistent and _accurate(z, error, scale):
+    if consistent and accurate(z, error, scale):
       return IntegralValue(z, error, scale)
   return None
 
@@ -181,7 +187,7 @@ def _tanh_sinh(fn: Callable[[Any], Any], points: list[Any]) -> IntegralValue | N
 _GAUSS = np.polynomial.legendre.leggauss(16)  # exact for degree 31 on each panel
 _FIRST_PANELS = 64  # equal panels, plus the pieces' ends
 _MAX_PANELS = 1 << 18  # each level halves them all: at most 4.2M float64 evaluations a level
-_MAX_PANEL_WORK = 4_000_000_000  # evaluations times tree nodes, a level (~1 ns each)
+MAX_PANEL_WORK = 4_000_000_000  # evaluations times tree nodes, a level (~1 ns each)
 _SAMPLED_NODES = 64
 
 
@@ -194,14 +200,14 @@ def _panels(integrand: sympy.Expr, x: sympy.Symbol, points: list[Any],
   the last level (nodes nearest the ends included, where removable
   singularities such as (1 - cos 2x) / x**2 lose the most digits).
   """
-  f = _float64_form(integrand, x) if work * _FIRST_PANELS * 16 <= _MAX_PANEL_WORK else None
+  f = float64_form(integrand, x) if work * _FIRST_PANELS * 16 <= MAX_PANEL_WORK else None
   if f is None:
     return None
   edges = np.union1d(np.linspace(float(points[0]), float(points[-1]), _FIRST_PANELS + 1),
                      [float(p) for p in points])
   history: list[tuple[float, float]] = []
   with np.errstate(all="ignore"):
-    while edges.size <= _MAX_PANELS + 1 and edges.size * 16 * work <= _MAX_PANEL_WORK:
+    while edges.size <= _MAX_PANELS + 1 and edges.size * 16 * work <= MAX_PANEL_WORK:
       middle, half = (edges[1:] + edges[:-1]) / 2, (edges[1:] - edges[:-1]) / 2
       nodes = middle[:, None] + half[:, None] * _GAUSS[0][None, :]  # panels x 16
       try:
@@ -210,15 +216,15 @@ def _panels(integrand: sympy.Expr, x: sympy.Symbol, points: list[Any],
         return None
       if values.dtype.kind != "f" or not np.all(np.isfinite(values)):
         return None  # complex or not finite somewhere: tanh-sinh's business
-      if not history and not _float_matches(values, nodes, fn):
+      if not history and not float_matches(values, nodes, fn):
         return None
       weights = half[:, None] * _GAUSS[1][None, :]
       history.append((float(np.sum(values * weights)), float(np.sum(np.abs(values) * weights))))
       if len(history) >= 3:
         (v0, _), (v1, _), (v2, scale) = history[-3:]
         error = max(abs(v2 - v1), abs(v1 - v0))
-        if _accurate(v2, error, scale):
-          if not _float_matches(values, nodes, fn):
+        if accurate(v2, error, scale):
+          if not float_matches(values, nodes, fn):
             return None
           return IntegralValue(mpmath.mpc(v2), mpmath.mpf(error), mpmath.mpf(scale))
       # Every panel is halved: a piece that stayed whole would agree with itself.
@@ -226,7 +232,7 @@ def _panels(integrand: sympy.Expr, x: sympy.Symbol, points: list[Any],
   return None
 
 
-def _float64_form(integrand: sympy.Expr, x: sympy.Symbol) -> Callable[[Any], Any] | None:
+def float64_form(integrand: sympy.Expr, x: sympy.Symbol) -> Callable[[Any], Any] | None:
   """The integrand as a numpy function of x (our problem data, not model text), or None.
 
   Sums and products are added up term by term over all nodes at once; an
@@ -267,7 +273,7 @@ def _float64_series(node: sympy.Expr, x: sympy.Symbol) -> Callable[[Any], Any]:
   return total
 
 
-def _float_matches(values: np.ndarray, nodes: np.ndarray, fn: Callable[[Any], Any]) -> bool:
+def float_matches(values: np.ndarray, nodes: np.ndarray, fn: Callable[[Any], Any]) -> bool:
   flat_values, flat_nodes = values.ravel(), nodes.ravel()
   typical = float(np.mean(np.abs(flat_values)))
   picks = np.unique(np.linspace(0, flat_nodes.size - 1, _SAMPLED_NODES).round().astype(int))
@@ -275,7 +281,7 @@ def _float_matches(values: np.ndarray, nodes: np.ndarray, fn: Callable[[Any], An
     for i in picks:
       try:
         exact = mpmath.mpc(fn(mpmath.mpf(float(flat_nodes[i]))))  # the same binary node
-      except _ERRORS:
+      except ERRORS:
         return False
       if abs(exact - float(flat_values[i])) > 1e-6 * max(abs(exact), typical):
         return False

@@ -195,10 +195,11 @@ def test_unparseable_and_missing_answers(pool):
 # RLSVR_FULL_INTEGRATION_BEE=1 to parse and verify all 180 problems (minutes).
 # B013 (mass far from 0), B017 (a series with a closed form), H014 (real cube roots), H026
 # (jumps), H057 (\sec x\,(...)), H071 (a bound that rounds out of the domain), B070 and H003
-# (thousands of oscillations), H010 (a series of floors), H069 (an integer parameter) and H089
-# (\{x\}\,d(\cos\pi x)) failed before the verifier learned them.
+# (thousands of oscillations), H010 (a series of floors), H069 (an integer parameter), H089
+# (\{x\}\,d(\cos\pi x)), and H017, H073 (a jump at every integer or square to infinity),
+# H045, H062 (oscillations to infinity, and at 0) failed before the verifier learned them.
 BEE_SAMPLE = ("B004", "B008", "B041", "B097", "H036", "B013", "B017", "H014", "H026", "H057",
-              "H071", "B070", "H003", "H010", "H069", "H089")
+              "H071", "B070", "H003", "H010", "H069", "H089", "H017", "H073", "H045", "H062")
 
 
 def _bee_rows():
@@ -224,7 +225,7 @@ def test_integration_bee_official_answers(pool):
   print(f"Integration Bee: {len(parsed)}/{len(rows)} parse, {verified}/{len(parsed)} official "
         "answers verify")
   if full:
-    assert len(parsed) >= 150 and verified >= 139  # H091 parses in 20-60 s, load-dependent
+    assert len(parsed) >= 150 and verified >= 148  # H091 parses in 20-60 s, load-dependent
   else:
     assert len(parsed) == len(rows) and verified == len(parsed), [
         (r["id"], v.reason) for (r, _), v in zip(parsed, verdicts) if not v.correct]

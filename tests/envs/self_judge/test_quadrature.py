@@ -1,9 +1,10 @@
 """Tests for rlsvr.envs.self_judge.quadrature: definite values decided by work bounds."""
 import mpmath
+import numpy as np
 import pytest
 import sympy
 
-from rlsvr.envs.self_judge import integration, pieces, quadrature
+from rlsvr.envs.self_judge import integration, pieces, quadrature, tails
 from rlsvr.envs.self_judge.integration import Problem
 
 x = sympy.Symbol("x", real=True)
@@ -38,12 +39,15 @@ def test_definite_values_with_jumps_tails_and_singular_ends(pool, integrand, bou
 
 def test_quadrature_that_cannot_be_believed_gives_no_value(pool):
   # Both used to come back with a small error estimate and a value of order 1e23 (H062, H079).
-  tail = Problem(sympy.cos(x**2 + 1 / x**2), x, (sympy.Integer(0), sympy.oo))
+  # tanh-sinh refuses the first; the series over its oscillations (`tails`) now sums it.
+  tail = sympy.cos(x**2 + 1 / x**2)
+  assert quadrature.integral(tail, x, mpmath.mpf(0), mpmath.inf) is None
   noise = Problem(sympy.sin(2**200 * sympy.pi * x)**2 / sympy.sin(x)**2, x,
                   (sympy.Integer(0), sympy.pi))
-  assert integration.definite_value(tail, pool=pool) is None
   assert integration.definite_value(noise, pool=pool) is None
-  assert not tail.verify("sqrt(2*pi)/4*(cos(2) - sin(2))", pool=pool)  # unknown, not "wrong"
+  tail = Problem(tail, x, (sympy.Integer(0), sympy.oo))
+  assert tail.verify("sqrt(2*pi)/4*(cos(2) - sin(2))", pool=pool)
+  assert not tail.verify("1.001*sqrt(2*pi)/4*(cos(2) - sin(2))", pool=pool)
   slow = Problem(1 / (x + x ** sympy.Rational(13, 10)), x, (sympy.Integer(1), sympy.oo))
   assert integration.definite_value(slow, pool=pool) is not None  # decays like x**-1.3
 
@@ -74,16 +78,16 @@ def test_float64_panels_are_not_believed_where_float64_is_noise():
   noisy = sympy.sin(2**200 * pi * x) ** 2
   points = [mpmath.mpf(0), mpmath.mpf(1)]
   fn = sympy.lambdify(x, noisy, "mpmath")
-  assert quadrature._panels(noisy, x, points, fn, quadrature._work(noisy)) is None
+  assert quadrature._panels(noisy, x, points, fn, quadrature.tree_work(noisy)) is None
   smooth = sympy.sin(2**10 * x) ** 2
   value = quadrature._panels(smooth, x, points, sympy.lambdify(x, smooth, "mpmath"),
-                             quadrature._work(smooth))
+                             quadrature.tree_work(smooth))
   assert float(value.value.real) == pytest.approx(0.5 - mpmath.sin(2**11) / 2**12, rel=1e-12)
 
 
 def test_tanh_sinh_is_not_tried_beyond_its_work_bound(monkeypatch):
   # A finite sum counts its body once per term; an infinite interval leaves only tanh-sinh.
-  assert quadrature._work(sympy.Sum(sympy.cos(k * x), (k, 1, 99))) == 1 + 99 * 4
+  assert quadrature.tree_work(sympy.Sum(sympy.cos(k * x), (k, 1, 99))) == 1 + 99 * 4
   tried = []
   monkeypatch.setattr(quadrature, "_tanh_sinh", lambda fn, points: tried.append(points))
   heavy = sympy.exp(-x) * sympy.Sum(sympy.cos(k * x) / k**2, (k, 1, 5000))
@@ -106,9 +110,58 @@ def test_infinite_products_on_float64_panels(pool):
 def test_a_piece_that_is_never_subdivided_cannot_fake_convergence(pool):
   # Infinitely many jumps pile up at 0 (Integration Bee H024): the scan finds the first
   # ones, and a panel between 0 and the first jump used to stay whole at every level, so
-  # three levels agreed on 0.74948 (the value is 3/4).
+  # three levels agreed on 0.74948 (the value is 3/4). x = 1/t moves them to infinity, where
+  # they are summed as a series.
   u = sympy.floor((1 / x - 4) ** sympy.Rational(1, 4))
   problem = Problem(u**2 + u, x, (sympy.Integer(0), sympy.Rational(1, 4)))
   known = integration.definite_value(problem, pool=pool)
-  assert known is None or abs(complex(known.value) - 0.75) < 1e-6
+  assert known is not None and abs(complex(known.value) - 0.75) < 1e-12
+  assert problem.verify("3/4", pool=pool)
   assert not problem.verify("0.74948177066191846", pool=pool)
+
+
+# Closed forms to check by hand, none from the Integration Bee: each needs infinitely many
+# cuts toward an end, where neither tanh-sinh nor finite panels reach.
+@pytest.mark.parametrize("integrand,bounds,exact", [
+    (sympy.sin(x) / x, (0, oo), mpmath.pi / 2),  # alternating terms ~ 1/k
+    (sympy.sin(x**2), (0, oo), mpmath.sqrt(mpmath.pi / 8)),  # Fresnel: ~ k**-1/2, |f| not decaying
+    (sympy.frac(x) / x**2, (1, oo), 1 - mpmath.euler),  # a jump at every integer
+    (sympy.floor(x) / x**3, (1, oo), mpmath.zeta(2) / 2),  # units n (1/n**2 - 1/(n+1)**2) / 2
+    ((-1)**sympy.floor(x) / x, (1, oo), mpmath.log(2 / mpmath.pi)),  # Wallis' product
+    (sympy.cos(1 / x) / x, (0, 1), -mpmath.ci(1)),  # infinitely many oscillations at 0
+])
+def test_infinitely_many_jumps_or_oscillations_toward_an_end(pool, integrand, bounds, exact):
+  problem = Problem(integrand, x, tuple(sympy.sympify(b) for b in bounds))
+  known = integration.definite_value(problem, pool=pool)
+  assert known is not None, integrand
+  assert abs(known.value - exact) <= 1e-8 * abs(exact), (integrand, known)
+  digits = mpmath.nstr(exact, 25)
+  assert problem.verify(digits, pool=pool)
+  for wrong in (f"1.001*({digits})", f"0.999*({digits})"):  # 1e-3 off: rejected
+    assert not problem.verify(wrong, pool=pool), (integrand, wrong)
+
+
+@pytest.mark.parametrize("integrand,bounds", [
+    (sympy.sin(x), (0, oo)),  # bounded partial integrals, no limit (Abel would say 1)
+    (sympy.sin(x) * sympy.sin(2 * x), (0, oo)),  # every period integrates to 0, yet no limit
+    (sympy.frac(x) / x, (1, oo)),  # terms ~ 1/(2n): diverges like log
+    (sympy.floor(x) / x**2, (1, oo)),  # the same with jumps of 1/x**2
+    (x * sympy.sin(x), (0, oo)),
+])
+def test_divergent_tails_get_no_value(pool, integrand, bounds):
+  problem = Problem(integrand, x, tuple(sympy.sympify(b) for b in bounds))
+  assert integration.definite_value(problem, pool=pool) is None, integrand
+  assert not any(problem.verify(v, pool=pool) for v in ("0", "1"))
+
+
+def test_a_tail_is_summed_only_when_two_estimates_agree():
+  # Euler's repeated averaging sums 1 - 1 + 1 - ... to 1/2 from any start and Romberg the
+  # partial sums of 1/n at even n to a finite number: the decay and agreement tests refuse.
+  n = np.arange(1, tails._TERMS + 1, dtype=float)
+  assert tails._series((-1.0) ** n, np.ones(n.size)) is None
+  assert tails._series(1 / n, 1 / n) is None
+  assert tails._series(np.sin(n) / n**2, np.abs(np.sin(n)) / n**2) is None  # not in 1/n
+  value, error, _ = tails._series(1 / n**2, 1 / n**2)
+  assert abs(value - np.pi**2 / 6) < 1e-12 and error < 1e-12
+  value, error, _ = tails._series((-1.0) ** (n + 1) / n, 1 / n)
+  assert abs(value - np.log(2)) < 1e-14 and error < 1e-14
