@@ -13,7 +13,9 @@ temporary directory and renames it when complete, so a crash mid-save leaves
 the previous checkpoint intact and resume picks the newest complete one. A
 complete step that cannot be read (a truncated file, a missing item) is moved
 to `workdir/checkpoints_unreadable/` with a warning naming it, and the next
-older one is restored; only when none is readable does restore fail.
+older one is restored; only when none is readable does restore fail. In a
+multi-process run a step is readable only when every process read its shards
+of it, so all processes resume from the same step.
 """
 from __future__ import annotations
 
@@ -26,11 +28,21 @@ import time
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
+from jax.experimental import multihost_utils
 
 from rlsvr.model.config import ModelConfig
 from rlsvr.rl.train_step import TrainState
+
+
+def _processes_where(flag: bool) -> list[int]:
+  """The indices of the processes on which `flag` is true (every process calls this)."""
+  if jax.process_count() == 1:
+    return [0] if flag else []
+  flags = multihost_utils.process_allgather(np.array([flag]), tiled=True)
+  return [i for i, f in enumerate(np.asarray(flags).reshape(-1)) if f]
 
 
 def _saveable(state: TrainState) -> dict[str, Any]:
@@ -88,11 +100,16 @@ class Checkpointer:
     errors = []
     for s in steps:
       try:
-        restored = self._restore_step(state, s)
+        restored, why = self._restore_step(state, s), ""
       except Exception as e:  # noqa: BLE001 (orbax and tensorstore raise many kinds)
         if step is not None:
           raise
-        errors.append((s, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"))
+        restored, why = None, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+      # Every process reads its own shards: a step counts as readable only if it is on all
+      # of them, or the processes would resume from different steps.
+      unreadable_on = _processes_where(bool(why))
+      if unreadable_on:
+        errors.append((s, why or f"unreadable on process(es) {unreadable_on}"))
         continue
       if errors:
         self._set_aside([bad for bad, _ in errors])
@@ -108,13 +125,30 @@ class Checkpointer:
     return os.path.join(os.path.dirname(self.directory), "checkpoints_unreadable")
 
   def _set_aside(self, steps: list[int]) -> None:
-    """Moves unreadable steps out of the manager's folder, so the run can save them anew."""
-    if jax.process_index() == 0:  # One process moves the shared folder; all reload.
+    """Moves unreadable steps out of the manager's folder, so the run can save them anew.
+    Process 0 moves the shared folder; the others wait for it before they reload."""
+    if jax.process_index() == 0:
       os.makedirs(self.unreadable_dir, exist_ok=True)
-    for s in steps if jax.process_index() == 0 else ():
-      target = os.path.join(self.unreadable_dir, f"{s}.{int(time.time())}")
-      shutil.move(os.path.join(self.directory, str(s)), target)
+      for s in steps:
+        target = os.path.join(self.unreadable_dir, f"{s}.{int(time.time())}")
+        shutil.move(os.path.join(self.directory, str(s)), target)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices("rlsvr checkpoint set aside " + ",".join(map(str, steps)))
     self.manager.reload()
+
+  def _reader(self) -> ocp.CheckpointManager:
+    """The manager restores read through. In a multi-process run, each process reads on
+    its own (no cross-process barrier inside a restore): one that fails on a step must not
+    leave the others waiting in the middle of it; `restore` then settles the step."""
+    if jax.process_count() == 1:
+      return self.manager
+    if getattr(self, "_own_reader", None) is None:
+      me = jax.process_index()
+      self._own_reader = ocp.CheckpointManager(self.directory, item_names=_ITEMS, options=(
+          ocp.CheckpointManagerOptions(read_only=True, multiprocessing_options=(
+              ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me},
+                                                 barrier_sync_key_prefix=f"reader{me}")))))
+    return self._own_reader
 
   def _restore_step(self, state: TrainState, step: int):
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _saveable(state))
@@ -123,7 +157,7 @@ class Checkpointer:
     if "rng" in saved:  # Written when TrainState still held an (unused) key: read, dropped.
       abstract["rng"] = jax.ShapeDtypeStruct(saved["rng"].shape, saved["rng"].dtype,
                                              sharding=abstract["step"].sharding)
-    restored = self.manager.restore(step, args=ocp.args.Composite(
+    restored = self._reader().restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract),
         env=ocp.args.JsonRestore(),
         meta=ocp.args.JsonRestore()))
@@ -135,6 +169,8 @@ class Checkpointer:
   def close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
+    if getattr(self, "_own_reader", None) is not None:
+      self._own_reader.close()
 
 
 # Config keys a resumed run may change: they cannot change what the run computes.
