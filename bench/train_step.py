@@ -2,6 +2,7 @@
 
   python bench/train_step.py                          # tiny Qwen3 and SmolLM2-135M on CPU
   python bench/train_step.py --models tiny --seq-lens 128,512 --batch 4
+  python bench/train_step.py --models smollm2-135m --seq-lens 80 --batch 16 --profile /tmp/prof
   python bench/train_step.py --models qwen3-0.6b --dtype bfloat16 --seq-lens 2048 \
       --batch 4 --remat --no-torch                   # on a GPU: also prints MFU
 
@@ -20,12 +21,36 @@ import os
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+_ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+_ARGS.add_argument("--models", default="tiny,smollm2-135m")
+_ARGS.add_argument("--seq-lens", default="128,512")
+_ARGS.add_argument("--batch", type=int, default=4)
+_ARGS.add_argument("--micro-batch", type=int, default=0)
+_ARGS.add_argument("--steps", type=int, default=3)
+_ARGS.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="compute dtype (ours: fp32 masters unless --param-dtype; torch: "
+                        "the model's dtype)")
+_ARGS.add_argument("--param-dtype", default="float32", choices=("float32", "bfloat16"))
+_ARGS.add_argument("--remat", action="store_true")
+_ARGS.add_argument("--no-torch", action="store_true")
+_ARGS.add_argument("--devices", type=int, default=0,
+                   help="CPU only: host devices (default: one per core); ours runs on one "
+                        "device and with the batch split over all of them (data=N)")
+_ARGS.add_argument("--profile", default="",
+                   help="write a jax.profiler trace of our timed steps under this folder")
+FLAGS = _ARGS.parse_args()
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from rlsvr import runtime  # noqa: E402
 
+runtime.set_cpu_flags()  # Ours runs with the main job's XLA:CPU settings.
+runtime.set_host_devices(FLAGS.devices or None)  # Before JAX starts; only the CPU backend reads it.
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from rlsvr import parallel  # noqa: E402
 from rlsvr.model import hf, qwen3  # noqa: E402
 from rlsvr.model.config import ModelConfig, preset  # noqa: E402
 from rlsvr.rl.logprobs import token_logprobs  # noqa: E402
@@ -75,17 +100,34 @@ def make_batch(config: ModelConfig, params, batch: int, seq_len: int, seed: int 
           "advantages_B": rng.normal(size=batch).astype(np.float32)}
 
 
-def time_ours(config, params, batch, grpo_config, steps):
+def layouts():
+  """(name, mesh or None) to run ours in: one device, and on CPU the batch over all of them
+  (weights replicated). Accelerators keep the one-device row only."""
+  out = [("1 device", None)]
+  n = jax.device_count()
+  if n > 1 and jax.devices()[0].platform == "cpu":
+    out.append((f"data={n}", parallel.make_mesh({"data": n})))
+  return out
+
+
+def time_ours(config, params, batch, grpo_config, steps, mesh=None, profile=""):
+  if mesh is not None:
+    params, batch = parallel.shard_params(params, mesh), parallel.put_batch(batch, mesh)
   state = init_train_state(config, grpo_config, params)
   t0 = time.perf_counter()
   state, metrics = train_step(state, batch)
   jax.block_until_ready((state.params, metrics))
   compile_s = time.perf_counter() - t0
+  if profile:
+    jax.profiler.start_trace(profile)
   t0 = time.perf_counter()
   for _ in range(steps):
     state, metrics = train_step(state, batch)
   jax.block_until_ready((state.params, metrics))
-  return (time.perf_counter() - t0) / steps, compile_s, float(metrics["actor/pg_loss"])
+  seconds = (time.perf_counter() - t0) / steps
+  if profile:
+    jax.profiler.stop_trace()
+  return seconds, compile_s, float(metrics["actor/pg_loss"])
 
 
 def time_torch(model, batch, grpo_config, steps):
@@ -134,24 +176,13 @@ def peak_tflops() -> float | None:
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--models", default="tiny,smollm2-135m")
-  parser.add_argument("--seq-lens", default="128,512")
-  parser.add_argument("--batch", type=int, default=4)
-  parser.add_argument("--micro-batch", type=int, default=0)
-  parser.add_argument("--steps", type=int, default=3)
-  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                      help="compute dtype (ours: fp32 masters unless --param-dtype; torch: "
-                           "the model's dtype)")
-  parser.add_argument("--param-dtype", default="float32", choices=("float32", "bfloat16"))
-  parser.add_argument("--remat", action="store_true")
-  parser.add_argument("--no-torch", action="store_true")
-  args = parser.parse_args()
-
-  print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; load: {os.getloadavg()}")
+  args = FLAGS
+  print(f"jax {jax.__version__} on {jax.device_count()} x {jax.devices()[0].device_kind}; "
+        f"load: {os.getloadavg()}")
   grpo_config = GRPOConfig(lr=1e-6, micro_batch_size=args.micro_batch, remat=args.remat,
                            param_dtype=args.param_dtype, compute_dtype=args.dtype)
-  header = f"{'model':<14}{'T':>6}{'B':>4} {'ours tok/s':>11} {'torch tok/s':>12} {'ratio':>7}"
+  header = (f"{'model':<14}{'T':>6}{'B':>4} {'layout':<10}{'ours tok/s':>11} "
+            f"{'torch tok/s':>12} {'ratio':>7}")
   print(header + f" {'compile s':>10} {'pg_loss ours/torch':>20}")
   for name in args.models.split(","):
     config, params, model = make_models(name, args.dtype, not args.no_torch)
@@ -159,19 +190,24 @@ def main():
     for seq_len in (int(t) for t in args.seq_lens.split(",")):
       batch = make_batch(config, params, args.batch, seq_len)
       tokens = args.batch * seq_len
-      ours_s, compile_s, ours_loss = time_ours(config, params, batch, grpo_config, args.steps)
-      line = f"{name:<14}{seq_len:>6}{args.batch:>4} {tokens / ours_s:>11.0f}"
+      torch_s = torch_loss = None
       if model is not None:
         torch_s, torch_loss = time_torch(model, batch, grpo_config, args.steps)
-        line += f" {tokens / torch_s:>12.0f} {torch_s / ours_s:>7.2f}"
-        line += f" {compile_s:>10.1f} {ours_loss:>9.4f}/{torch_loss:.4f}"
-      else:
-        line += f" {'-':>12} {'-':>7} {compile_s:>10.1f}"
-      peak = peak_tflops()
-      if peak:
-        mfu = 6 * n_params * tokens / ours_s / (peak * 1e12)
-        line += f"  MFU {100 * mfu:.1f}% (6 x {n_params / 1e6:.0f}M params, {peak} TFLOP/s)"
-      print(line, flush=True)
+      for layout, mesh in layouts():
+        profile = os.path.join(args.profile, f"{name}_T{seq_len}_{layout.replace(' ', '')}")
+        ours_s, compile_s, ours_loss = time_ours(config, params, batch, grpo_config, args.steps,
+                                                 mesh, profile if args.profile else "")
+        line = f"{name:<14}{seq_len:>6}{args.batch:>4} {layout:<10}{tokens / ours_s:>11.0f}"
+        if torch_s is not None:
+          line += f" {tokens / torch_s:>12.0f} {torch_s / ours_s:>7.2f}"
+          line += f" {compile_s:>10.1f} {ours_loss:>9.4f}/{torch_loss:.4f}"
+        else:
+          line += f" {'-':>12} {'-':>7} {compile_s:>10.1f}"
+        peak = peak_tflops()
+        if peak:
+          mfu = 6 * n_params * tokens / ours_s / (peak * 1e12)
+          line += f"  MFU {100 * mfu:.1f}% (6 x {n_params / 1e6:.0f}M params, {peak} TFLOP/s)"
+        print(line, flush=True)
   print(f"load after: {os.getloadavg()}")
 
 

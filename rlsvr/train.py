@@ -63,7 +63,7 @@ def train(c, workdir: str) -> dict[str, Any]:
   import jax  # noqa: PLC0415
   import numpy as np  # noqa: PLC0415
 
-  from rlsvr import checkpoint, heldout, metrics, parallel, plan, seeding  # noqa: PLC0415
+  from rlsvr import checkpoint, heldout, metrics, parallel, plan, runtime, seeding  # noqa: PLC0415
   from rlsvr.envs import registry  # noqa: PLC0415
   from rlsvr.model import sources  # noqa: PLC0415
   from rlsvr.model.tokenizer import stop_ids  # noqa: PLC0415
@@ -75,6 +75,10 @@ def train(c, workdir: str) -> dict[str, Any]:
   parallel.initialize_distributed(**c.distributed)
   lead = parallel.is_lead_process()  # Process 0 alone writes logs, rollouts and plots.
   log = functools.partial(print, flush=True) if lead else lambda *a, **k: None
+  # A rerun, a resume or another config of the same shapes reads its programs from here.
+  cache_dir = runtime.enable_compilation_cache()
+  if cache_dir:
+    log(f"compilation cache: {cache_dir}")
   if c.check_memory:  # Before anything is allocated: an infeasible config fails in seconds.
     memory = plan.check_fits(c)
     if memory.fits is not None:
@@ -200,6 +204,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
+  from rlsvr import runtime  # noqa: PLC0415
+
+  runtime.set_cpu_flags()  # Before JAX starts (the config files do not start it).
   c = FLAGS.config
   name = os.path.splitext(os.path.basename(FLAGS["config"].config_filename))[0]
   workdir = FLAGS.workdir or c.workdir or os.path.join("runs", name)

@@ -1,0 +1,102 @@
+"""`rlsvr.runtime`: host devices before JAX starts, and the persistent compilation cache.
+
+Each case runs in a fresh interpreter: both settings act when JAX starts.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rlsvr import runtime
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _python(code: str, **env) -> dict:
+  base = {k: v for k, v in os.environ.items()
+          if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR", "RLSVR_COMPILATION_CACHE")}
+  out = subprocess.run([sys.executable, "-c", code], cwd=REPO, text=True, capture_output=True,
+                       env={**base, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu", **env},
+                       timeout=120)
+  assert out.returncode == 0, out.stderr[-3000:]
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_host_devices_default_to_one_per_core_and_yield_to_xla_flags():
+  code = """
+import json
+from rlsvr import runtime
+n = runtime.set_host_devices()
+import jax
+print(json.dumps({"set": n, "devices": jax.device_count(), "cores": runtime.cpu_cores()}))
+"""
+  got = _python(code)
+  assert got["set"] == got["devices"] == got["cores"]
+  got = _python(code, XLA_FLAGS="--xla_force_host_platform_device_count=3")
+  assert got["set"] == got["devices"] == 3
+
+
+def test_host_devices_cannot_change_once_jax_has_started():
+  code = """
+import json, jax
+jax.devices()
+from rlsvr import runtime
+try:
+  runtime.set_host_devices(4)
+  print(json.dumps("no error"))
+except RuntimeError as e:
+  print(json.dumps(str(e)))
+"""
+  assert "before JAX starts" in _python(code)
+
+
+COMPILE = """
+import json, jax, jax.numpy as jnp
+from jax._src import monitoring
+from rlsvr import runtime
+hits = []
+monitoring.register_event_listener(
+    lambda event, **kw: hits.append(event) if event == "/jax/compilation_cache/cache_hits" else None)
+folder = runtime.enable_compilation_cache()
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # Keep even this small one.
+def f(x):
+  return jnp.sin(x) @ x + jnp.cos(x).T
+jax.jit(f)(jnp.ones((32, 32))).block_until_ready()
+print(json.dumps({"folder": folder, "hits": len(hits)}))
+"""
+
+
+def test_a_second_process_reads_its_programs_from_the_cache(tmp_path):
+  env = {"RLSVR_CACHE": str(tmp_path)}
+  first = _python(COMPILE, **env)
+  assert first == {"folder": str(tmp_path / "jax-compilation"), "hits": 0}
+  assert any(name.startswith("jit_f") for name in os.listdir(first["folder"]))
+  assert _python(COMPILE, **env)["hits"] >= 1
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"RLSVR_COMPILATION_CACHE": "0"}, None),  # Off.
+    ({"JAX_COMPILATION_CACHE_DIR": "{tmp}/own"}, "{tmp}/own"),  # A folder set before is kept.
+])
+def test_the_cache_can_be_turned_off_or_pointed_elsewhere(tmp_path, env, expected):
+  env = {k: v.format(tmp=tmp_path) for k, v in env.items()}
+  got = _python(COMPILE, RLSVR_CACHE=str(tmp_path / "default"), **env)
+  assert got["folder"] == (expected.format(tmp=tmp_path) if expected else None)
+  assert not os.path.exists(tmp_path / "default" / "jax-compilation")
+
+
+def test_cpu_flags_are_added_once_and_yield_to_the_users_setting():
+  code = """
+import json, os
+from rlsvr import runtime
+runtime.set_cpu_flags()
+runtime.set_cpu_flags()
+import jax
+jax.devices()  # The flags parse: XLA would abort on an unknown one.
+print(json.dumps(os.environ["XLA_FLAGS"]))
+"""
+  assert _python(code).split() == list(runtime.CPU_FLAGS)
+  own = "--xla_cpu_experimental_ynn_fusion_type=dot,reduce"
+  assert _python(code, XLA_FLAGS=own) == own
