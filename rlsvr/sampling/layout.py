@@ -1,7 +1,8 @@
 """How a sampler call's rows become compiled shapes: buckets, shared prompts, slices.
 
   Buckets.pick(n, options, what) -> padded size
-  length_bucket(n, minimum) -> padded token length (prompts, the train batch)
+  length_bucket(n, minimum) -> padded token length (prompts, the train batch): powers
+                                 of two, and 1.5 x 2^k from 128 on
   layout(rows, per_prompt, share, rows_per_device) -> (R, U, B)
   slice_rows(rows, per_prompt, prompt_len, new_len, ...) -> rows per slice
 
@@ -17,16 +18,27 @@ _POW2 = tuple(2**i for i in range(21))
 LONG_STEP = 4096  # Above 2 x LONG_STEP, lengths round up to multiples of this.
 
 
-def length_buckets(minimum: int = 16) -> tuple[int, ...]:
-  """Padded token lengths: powers of two from `minimum` to 2 x LONG_STEP, then multiples
-  of LONG_STEP up to 2**20.
+FINE_FROM = 128  # From here on, a bucket between each two powers of two: 1.5 x 2^k.
 
-  Long prompts (the spy detectors read a whole document and every player's output) would
-  pad from 40k to 64k tokens at a power of two, and the KV cache and prefill grow with the
-  padded length. The sampler's prompts and the train batch (`length_bucket`) share these,
-  so a prompt the sampler padded to P is padded to P again in the batch.
+
+def length_buckets(minimum: int = 16) -> tuple[int, ...]:
+  """Padded token lengths: powers of two from `minimum`, from FINE_FROM also 1.5 x 2^k
+  (128, 192, 256, 384, ...) up to 2 x LONG_STEP, then multiples of LONG_STEP up to 2**20.
+
+  Every padded token costs prefill, KV cache and, in the train batch, a forward and a
+  backward through every layer: at powers of two alone a 185-token GSM8K prompt padded to
+  256 and a 1100-token detection prompt to 2048, close to twice the work
+  (`bench/learning_vs_trl.py`). The half-steps cap the padding at a third of the tokens
+  above FINE_FROM, for at most twice the compiled shapes (cached across runs by
+  `rlsvr.runtime.enable_compilation_cache`); short lengths keep powers of two, where the
+  work is small and shapes would multiply. Long prompts (the spy detectors read a whole
+  document and every player's output) would pad from 40k to 64k tokens at a power of
+  two: multiples of LONG_STEP there. The sampler's prompts and the train batch
+  (`length_bucket`) share these, so a prompt the sampler padded to P is padded to P again
+  in the batch.
   """
-  return (tuple(b for b in _POW2 if minimum <= b <= 2 * LONG_STEP)
+  fine = tuple(3 * b // 2 for b in _POW2 if FINE_FROM <= b and 3 * b // 2 <= 2 * LONG_STEP)
+  return (tuple(sorted({b for b in _POW2 + fine if minimum <= b <= 2 * LONG_STEP}))
           + tuple(range(3 * LONG_STEP, 2**20 + 1, LONG_STEP)))
 
 

@@ -48,9 +48,14 @@ def test_buckets_round_up_and_refuse_beyond_the_largest():
     Buckets.pick(17, (4, 8, 16), "batch")
 
 
-def test_length_buckets_are_powers_of_two_then_steps_of_4096():
-  assert [length_bucket(n) for n in (0, 1, 16, 17, 100)] == [16, 16, 16, 32, 128]
+def test_length_buckets_are_powers_of_two_with_half_steps_from_128_then_steps_of_4096():
+  assert [length_bucket(n) for n in (0, 1, 16, 17, 100, 128)] == [16, 16, 16, 32, 128, 128]
   assert length_bucket(5, minimum=4) == 8
+  # A 185-token GSM8K prompt pads to 192, not 256; an 1100-token one to 1536, not 2048.
+  assert [length_bucket(n) for n in (129, 185, 193, 257, 385, 1100, 1537, 6145)] == [
+      192, 192, 256, 384, 512, 1536, 2048, 8192]
+  # Above 128 no length is padded by more than half of itself.
+  assert all(length_bucket(n) <= 1.5 * n for n in range(129, 3 * 4096))
   # A 40k-token detection prompt pads to 40960, not 65536; the sampler pads prompts alike, so
   # a prompt it padded to P is padded to P again in the train batch.
   for n, padded in ((8192, 8192), (8193, 12288), (12288, 12288), (39296, 40960)):
