@@ -179,9 +179,6 @@ def ours_worker(spec_path: str) -> None:
   """Our side, in its own process: configs/rlvr_math.py:cpu with every difference set."""
   with open(spec_path, encoding="utf-8") as f:
     s = json.load(f)
-  from rlsvr import runtime  # noqa: PLC0415
-
-  runtime.set_cpu_flags()  # As `python -m rlsvr.train` does, before JAX starts.
   from configs.rlvr_math import get_config  # noqa: PLC0415
   from rlsvr import train  # noqa: PLC0415
   from rlsvr.envs.reward_fn import data  # noqa: PLC0415

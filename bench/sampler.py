@@ -49,9 +49,6 @@ FLAGS = _ARGS.parse_args()
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + f" --xla_force_host_platform_device_count={FLAGS.devices}")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from rlsvr import runtime  # noqa: E402
-
-runtime.set_cpu_flags()  # Ours runs with the main job's XLA:CPU settings.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

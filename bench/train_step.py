@@ -43,7 +43,6 @@ FLAGS = _ARGS.parse_args()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from rlsvr import runtime  # noqa: E402
 
-runtime.set_cpu_flags()  # Ours runs with the main job's XLA:CPU settings.
 runtime.set_host_devices(FLAGS.devices or None)  # Before JAX starts; only the CPU backend reads it.
 
 import jax  # noqa: E402

@@ -1,27 +1,8 @@
 """Process-wide JAX settings of the main job and the tests: host devices, compile cache.
 
-  runtime.set_cpu_flags()              # before JAX starts: XLA:CPU's faster settings
   runtime.set_host_devices()           # before JAX starts: one CPU device per core
   runtime.enable_compilation_cache()   # compiled programs kept under the cache root
 
-CPU flags: XLA:CPU hands dots, reductions and elementwise ops to YNNPACK by
-default; its vocabulary-sized reductions (the logsumexp and entropy of the
-update) ran at a tenth of memory speed, and the layouts chosen around them made
-the MLP's backward copy and transpose its activations. Dots alone in YNNPACK
-made the SmolLM2 update 8-12% faster (`bench/train_step.py`, same process, same
-weights) with no measurable change to decoding.
-
-Host devices: XLA:CPU runs one device's program with a thread pool that keeps
-about 1.5 of 2 cores busy on the small matmuls of decoding and of a small
-model's update; a batch split over one device per core keeps every core busy
-(`bench/sampler.py`, `bench/train_step.py --devices`). The count is fixed when
-the CPU backend starts, so it is set here, before anything touches a device;
-it only shapes the CPU backend, so on accelerators nothing changes.
-
-Compilation cache: the first step of a run compiles the sampler's and the
-update's programs (minutes for a real model on CPU). With JAX's persistent
-cache a rerun, a resume, a second config with the same shapes, or a second
-test process reads them from disk instead.
 """
 from __future__ import annotations
 
@@ -32,7 +13,6 @@ import sys
 from rlsvr.model import assets
 
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
-CPU_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=dot",)
 CACHE_SUBDIR = "jax-compilation"
 # Programs that compile faster than this are not worth a file (JAX's default is 1 s; the
 # tests' many sub-second compiles add up, and reading an entry takes milliseconds).
@@ -65,15 +45,6 @@ def _add_xla_flags(*flags: str) -> None:
   if _cpu_backend_started():
     raise RuntimeError("XLA flags must be set before JAX starts its backends")
   os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
-
-
-def set_cpu_flags() -> None:
-  """Adds `CPU_FLAGS` to XLA_FLAGS, each unless XLA_FLAGS already sets that option (they
-  only shape the CPU backend). Must run before JAX's backend starts."""
-  current = os.environ.get("XLA_FLAGS", "")
-  missing = [f for f in CPU_FLAGS if f.split("=")[0] + "=" not in current]
-  if missing:
-    _add_xla_flags(*missing)
 
 
 def set_host_devices(count: int | None = None) -> int:

@@ -204,9 +204,6 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
-  from rlsvr import runtime  # noqa: PLC0415
-
-  runtime.set_cpu_flags()  # Before JAX starts (the config files do not start it).
   c = FLAGS.config
   name = os.path.splitext(os.path.basename(FLAGS["config"].config_filename))[0]
   workdir = FLAGS.workdir or c.workdir or os.path.join("runs", name)

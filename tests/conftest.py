@@ -6,9 +6,6 @@ before any test module imports jax.
 import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-from rlsvr import runtime  # noqa: E402  (imports no jax)
-
-runtime.set_cpu_flags()  # The XLA:CPU settings of the main job.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Tests never reach a hub: a hub name must fail at once, not hang on a socket.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -21,6 +18,8 @@ import jax  # noqa: E402
 # Parity tests compare against PyTorch fp32; XLA's default CPU matmul precision is
 # already fp32, and "highest" keeps that true on backends that would use TF32/bf16.
 jax.config.update("jax_default_matmul_precision", "highest")
+
+from rlsvr import runtime  # noqa: E402
 
 # As the main job: test processes (xdist workers, the training subprocesses some tests
 # start) share compiled programs through JAX's persistent cache.

@@ -52,9 +52,10 @@ def test_resident_state_and_kv_cache_by_hand():
   # players: 2 games x 4 players = 8 rows, P = 128, N = bucket(8) = 16.
   kv = component(result, "sample: players (B=8, P=128, N=16)", "KV cache").bytes
   assert kv == 2 * m.num_layers * 8 * m.num_kv_heads * m.head_dim * (128 + 16) * 4
-  # detectors: 2 games x 2 rollouts = 4 rows continuing 2 prompts (P = 512) that they share.
-  kv = component(result, "sample: detectors (B=4, 2 prompts x 2, P=512, N=16)", "KV cache").bytes
-  assert kv == 2 * m.num_layers * m.num_kv_heads * m.head_dim * (2 * 512 + 4 * 16) * 4
+  # detectors: 2 games x 2 rollouts = 4 rows continuing 2 prompts (P = 384, the bucket of
+  # their 300 tokens plus the template) that they share.
+  kv = component(result, "sample: detectors (B=4, 2 prompts x 2, P=384, N=16)", "KV cache").bytes
+  assert kv == 2 * m.num_layers * m.num_kv_heads * m.head_dim * (2 * 384 + 4 * 16) * 4
   assert result.total_bytes == result.resident_bytes + max(result.phase_bytes().values())
   assert result.fits and result.headroom_bytes == 16 * GIB - result.total_bytes
   assert not [c for c in result.components if "copy" in c.name]  # fp32 compute: no copies

@@ -9,8 +9,6 @@ import sys
 
 import pytest
 
-from rlsvr import runtime
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -86,17 +84,3 @@ def test_the_cache_can_be_turned_off_or_pointed_elsewhere(tmp_path, env, expecte
   assert got["folder"] == (expected.format(tmp=tmp_path) if expected else None)
   assert not os.path.exists(tmp_path / "default" / "jax-compilation")
 
-
-def test_cpu_flags_are_added_once_and_yield_to_the_users_setting():
-  code = """
-import json, os
-from rlsvr import runtime
-runtime.set_cpu_flags()
-runtime.set_cpu_flags()
-import jax
-jax.devices()  # The flags parse: XLA would abort on an unknown one.
-print(json.dumps(os.environ["XLA_FLAGS"]))
-"""
-  assert _python(code).split() == list(runtime.CPU_FLAGS)
-  own = "--xla_cpu_experimental_ynn_fusion_type=dot,reduce"
-  assert _python(code, XLA_FLAGS=own) == own
