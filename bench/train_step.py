@@ -2,7 +2,8 @@
 
   python bench/train_step.py                          # tiny Qwen3 and SmolLM2-135M on CPU
   python bench/train_step.py --models tiny --seq-lens 128,512 --batch 4
-  python bench/train_step.py --models smollm2-135m --seq-lens 80 --batch 16 --profile /tmp/prof
+  python bench/train_step.py --models smollm2-135m --seq-lens 80 --batch 16 --devices 2 \
+      --profile /tmp/prof                            # also data=2; a jax.profiler trace
   python bench/train_step.py --models qwen3-0.6b --dtype bfloat16 --seq-lens 2048 \
       --batch 4 --remat --no-torch                   # on a GPU: also prints MFU
 
@@ -33,9 +34,10 @@ _ARGS.add_argument("--dtype", default="float32", choices=("float32", "bfloat16")
 _ARGS.add_argument("--param-dtype", default="float32", choices=("float32", "bfloat16"))
 _ARGS.add_argument("--remat", action="store_true")
 _ARGS.add_argument("--no-torch", action="store_true")
-_ARGS.add_argument("--devices", type=int, default=0,
-                   help="CPU only: host devices (default: one per core); ours runs on one "
-                        "device and with the batch split over all of them (data=N)")
+_ARGS.add_argument("--devices", type=int, default=1,
+                   help="CPU only: host devices; with N > 1 ours also runs with the batch "
+                        "split over them (data=N). Measured slower for SmolLM2 at T=80, and "
+                        "hung in an all-reduce at T=272, B=16 (20 GB resident)")
 _ARGS.add_argument("--profile", default="",
                    help="write a jax.profiler trace of our timed steps under this folder")
 FLAGS = _ARGS.parse_args()
@@ -43,7 +45,7 @@ FLAGS = _ARGS.parse_args()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from rlsvr import runtime  # noqa: E402
 
-runtime.set_host_devices(FLAGS.devices or None)  # Before JAX starts; only the CPU backend reads it.
+runtime.set_host_devices(FLAGS.devices)  # Before JAX starts; only the CPU backend reads it.
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
