@@ -61,6 +61,7 @@ class Checkpointer:
         self.directory,
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
         item_names=_ITEMS)
+    self._own_reader: ocp.CheckpointManager | None = None  # See `_reader`.
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -137,12 +138,12 @@ class Checkpointer:
     self.manager.reload()
 
   def _reader(self) -> ocp.CheckpointManager:
-    """The manager restores read through. In a multi-process run, each process reads on
-    its own (no cross-process barrier inside a restore): one that fails on a step must not
-    leave the others waiting in the middle of it; `restore` then settles the step."""
+    """What `restore` reads a step with. In a multi-process run a manager of this process
+    alone (no cross-process barrier inside a read): a process that fails on a step must not
+    leave the others waiting halfway through it; `restore` then settles the step for all."""
     if jax.process_count() == 1:
       return self.manager
-    if getattr(self, "_own_reader", None) is None:
+    if self._own_reader is None:
       me = jax.process_index()
       self._own_reader = ocp.CheckpointManager(self.directory, item_names=_ITEMS, options=(
           ocp.CheckpointManagerOptions(read_only=True, multiprocessing_options=(
@@ -169,7 +170,7 @@ class Checkpointer:
   def close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
-    if getattr(self, "_own_reader", None) is not None:
+    if self._own_reader is not None:
       self._own_reader.close()
 
 
