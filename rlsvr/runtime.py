@@ -41,20 +41,16 @@ def _cpu_backend_started() -> bool:
   return bool(xla_bridge._backends)  # noqa: SLF001  (no public "has the backend started")
 
 
-def _add_xla_flags(*flags: str) -> None:
-  if _cpu_backend_started():
-    raise RuntimeError("XLA flags must be set before JAX starts its backends")
-  os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
-
-
 def set_host_devices(count: int | None = None) -> int:
   """Asks XLA:CPU for `count` devices (default: one per core) unless XLA_FLAGS already
   sets a count; returns the count in effect. Must run before JAX's backend starts."""
   current = host_device_count()
   if current is not None:
     return current
+  if _cpu_backend_started():
+    raise RuntimeError("set_host_devices() must run before JAX starts its backends")
   count = count or cpu_cores()
-  _add_xla_flags(f"{_DEVICE_COUNT_FLAG}={count}")
+  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_DEVICE_COUNT_FLAG}={count}".strip()
   return count
 
 
