@@ -8,7 +8,9 @@ written as SymPy text (the policy's format) or LaTeX (official keys):
   real points drawn from a seed that is a hash of the problem and the
   answer, with a relative tolerance; any constant (or `+ C`) is ignored;
 - definite: compare the answer's value with the integral's value, computed
-  once per problem by `tails.integral` (`quadrature`'s fixed-degree tanh-sinh on pieces
+  once per problem by `primitive.integral` (F(b) - F(a) when the integrand is the
+  derivative of its polynomial part F), else `tails.integral` (`quadrature`'s fixed-degree
+  tanh-sinh on pieces
   split at jumps and kinks, fine float64 panels for fast oscillations, series
   for infinitely many of either toward an end); when none pins it down the
   value is unknown and no answer verifies.
@@ -36,7 +38,7 @@ from typing import Any, Sequence
 import mpmath
 import sympy
 
-from rlsvr.envs.self_judge import numeric, quadrature, safe_math, tails, workers
+from rlsvr.envs.self_judge import numeric, primitive, quadrature, safe_math, tails, workers
 from rlsvr.envs.self_judge.quadrature import IntegralValue
 from rlsvr.envs.self_judge.latex import closed_forms, latex_to_sympy
 from rlsvr.envs.self_judge.tasks import Verdict
@@ -206,14 +208,6 @@ def _numeric_task(problem: Problem, answer: str, fmt: str) -> str:
   x = problem.variable
   rng = random.Random(_points_seed(problem, answer))
 
-  def derivative(t):
-    try:
-      ends = [numeric.evaluate(antiderivative, {x: t + d}, dps=_DIFF_DPS)
-              for d in (_DIFF_STEP, -_DIFF_STEP)]
-    except (numeric.NotNumeric, ArithmeticError, ValueError):
-      return None
-    return None if None in ends else (ends[0] - ends[1]) / (2 * _DIFF_STEP)
-
   real_pairs, complex_pairs = [], []
   try:
     with mpmath.workdps(_DIFF_DPS):
@@ -229,7 +223,8 @@ def _numeric_task(problem: Problem, answer: str, fmt: str) -> str:
         if target is None:
           continue
         pairs = real_pairs if abs(target.imag) <= 1e-12 * max(1, abs(target)) else complex_pairs
-        pairs.append((target, derivative(point)))
+        got = numeric.derivative(antiderivative, x, point, dps=_DIFF_DPS, step=_DIFF_STEP)
+        pairs.append((target, got))
   except numeric.OperationLimit:
     return "too large"
   pairs = real_pairs if len(real_pairs) >= 3 else real_pairs + complex_pairs
@@ -249,7 +244,9 @@ def _mp_bound(bound: sympy.Expr) -> Any:
 def _definite_value_task(problem: Problem) -> IntegralValue | None:
   params = _parameter_values(problem)
   lower, upper = (_mp_bound(b.xreplace(params)) for b in problem.bounds)
-  return tails.integral(problem.integrand.xreplace(params), problem.variable, lower, upper)
+  integrand = problem.integrand.xreplace(params)
+  return (primitive.integral(integrand, problem.variable, lower, upper)
+          or tails.integral(integrand, problem.variable, lower, upper))
 
 
 def _value_task(problem: Problem, answer: str, fmt: str, value: IntegralValue) -> str:

@@ -94,7 +94,7 @@ def latex_to_sympy(text: str, variable: sympy.Symbol, parameters: Sequence[sympy
 
   if len(text) > MAX_LATEX_CHARS:
     raise safe_math.UnsafeExpression(f"LaTeX longer than {MAX_LATEX_CHARS} characters")
-  expr = latex2sympy(normalize_latex(text))
+  expr = _products_end_before_operators(latex2sympy(normalize_latex(text)))
   names = {variable.name: variable, **{p.name: p for p in parameters},
            "e": sympy.E, "i": sympy.I, "pi": sympy.pi}
   mapping = {}
@@ -120,6 +120,28 @@ def latex_to_sympy(text: str, variable: sympy.Symbol, parameters: Sequence[sympy
   return expr
 
 
+def _products_end_before_operators(expr: Any) -> Any:
+  """`\\prod_k (x-k) \\sum_j ...` as the product times the sum, as contests write it (H091).
+
+  latex2sympy2 reads everything after `\\prod` as its body. A sum, product or
+  integral there that does not use the product's index is a factor of its
+  own: inside the body it would be raised to the number of terms. (For an
+  outer sum both readings agree, so only products are split.)
+  """
+  def outside(node):  # the body's factors that belong after the product
+    if not isinstance(node, sympy.Product) or len(node.limits) != 1:
+      return []
+    k = node.limits[0][0]
+    return [f for f in sympy.Mul.make_args(node.function) if k not in f.free_symbols
+            and f.has(sympy.Sum, sympy.Product, sympy.Integral)]
+
+  def split(node):
+    after = outside(node)
+    body = [f for f in sympy.Mul.make_args(node.function) if f not in after]
+    return sympy.Product(sympy.Mul(*body), *node.limits) * sympy.Mul(*after)
+  return expr.replace(lambda n: bool(outside(n)), split)
+
+
 def real_odd_roots(expr: Any) -> Any:
   """`\\sqrt[3]{b}` and `b^{p/q}` (q odd) as real roots: sign(b)^p |b|^(p/q), as contests mean.
 
@@ -142,9 +164,12 @@ def closed_forms(expr: Any) -> Any:
   A sum SymPy cannot close is retried term by term with sin/cos written as
   exponentials (`sin(k pi/2) x^k` is two geometric series). Where SymPy adds
   a convergence condition, the convergent branch is taken: a problem is posed
-  where its series converges.
+  where its series converges. Finite ones of more than `MAX_WRITTEN_TERMS`
+  terms are kept: evaluation adds them up term by term.
   """
   for node in sorted(expr.atoms(sympy.Sum, sympy.Product), key=sympy.count_ops):
+    if _many_numbered_terms(node):
+      continue  # written out it is no simpler, only longer (and slow to build)
     done = _convergent(node.doit())
     if done.has(sympy.Sum, sympy.Product) and isinstance(node, sympy.Sum) and len(
         node.limits) == 1:
@@ -156,6 +181,14 @@ def closed_forms(expr: Any) -> Any:
     if not done.has(sympy.Sum, sympy.Product):
       expr = expr.xreplace({node: done})
   return expr
+
+
+MAX_WRITTEN_TERMS = 100
+
+
+def _many_numbered_terms(node: Any) -> bool:
+  return any(lo.is_Integer and hi.is_Integer and hi - lo >= MAX_WRITTEN_TERMS
+             for _, lo, hi in node.limits)
 
 
 def _as_powers(term: Any, k: sympy.Symbol) -> Any:

@@ -165,6 +165,23 @@ def _evaluate(expr: sympy.Expr, env: Mapping[sympy.Symbol, Any], budget: _Budget
   return memo[expr]
 
 
+def derivative(expr: sympy.Expr, x: sympy.Symbol, point: Any, *, dps: int = 60,
+               step: Any = None) -> Any:
+  """d`expr`/d`x` at `point`: a central difference at `dps` digits, or None where not computable.
+
+  The step (default 1e-20) leaves an error near step**2 for a smooth `expr`, with no
+  symbolic derivative, whose size and unevaluated parts depend on how SymPy
+  rewrites `expr`.
+  """
+  with mpmath.workdps(dps):
+    step = mpmath.mpf(10) ** -20 if step is None else mpmath.mpf(step)
+    try:
+      ends = [evaluate(expr, {x: point + d}, dps=dps) for d in (step, -step)]
+    except (ArithmeticError, ValueError):  # NotNumeric and OperationLimit among them
+      return None
+    return None if None in ends else (ends[0] - ends[1]) / (2 * step)
+
+
 TAIL_TERMS = 8
 MAX_TERMS = 20_000
 

@@ -62,6 +62,7 @@ _FUNCTIONS: dict[str, tuple[Callable[..., Any], tuple[int, ...]]] = {
     "ln": (sympy.log, (1,)),
     "Abs": (sympy.Abs, (1,)),
     "abs": (sympy.Abs, (1,)),
+    "factorial": (sympy.factorial, (1,)),  # of an integer up to max_exponent: see _Parser.call
 }
 _CONSTANTS: dict[str, sympy.Expr] = {"pi": sympy.pi, "E": sympy.E, "e": sympy.E, "I": sympy.I}
 # SymPy classes a checked tree may contain besides numbers, symbols and constants.
@@ -197,6 +198,9 @@ class _Parser:
     self.take(")")
     if len(args) not in arities:
       raise UnsafeExpression(f"{name} takes {arities} arguments, got {len(args)}")
+    if fn is sympy.factorial and not (args[0].is_Integer
+                                      and 0 <= args[0] <= self.limits.max_exponent):
+      raise UnsafeExpression("factorial of a large or non-integer argument")  # SymPy computes it
     return fn(*args)
 
 

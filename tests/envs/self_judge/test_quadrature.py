@@ -1,10 +1,12 @@
 """Tests for rlsvr.envs.self_judge.quadrature: definite values decided by work bounds."""
+import math
+
 import mpmath
 import numpy as np
 import pytest
 import sympy
 
-from rlsvr.envs.self_judge import integration, pieces, quadrature, tails
+from rlsvr.envs.self_judge import integration, pieces, primitive, quadrature, tails
 from rlsvr.envs.self_judge.integration import Problem
 
 x = sympy.Symbol("x", real=True)
@@ -165,3 +167,20 @@ def test_a_tail_is_summed_only_when_two_estimates_agree():
   assert abs(value - np.pi**2 / 6) < 1e-12 and error < 1e-12
   value, error, _ = tails._series((-1.0) ** (n + 1) / n, 1 / n)
   assert abs(value - np.log(2)) < 1e-14 and error < 1e-14
+
+
+def test_an_integrand_that_is_the_derivative_of_its_polynomial_part():
+  j = sympy.Symbol("j", integer=True)
+  product = sympy.Product(x - k, (k, 1, 30))
+  derivative = product * sympy.Sum(1 / (x - j), (j, 1, 30))
+  value = primitive.integral(3 * derivative, x, mpmath.mpf(0), mpmath.mpf(31))
+  assert value is not None
+  assert abs(value.value - 3 * (math.factorial(30) - math.factorial(30))) <= value.tolerance
+  value = primitive.integral(derivative, x, mpmath.mpf(1), mpmath.mpf(32))
+  assert abs(value.value - math.factorial(31)) <= 1e-30 * math.factorial(31)
+  # Not its derivative (twice the sum), not a polynomial part, or an infinite interval: no value.
+  twice = product * sympy.Sum(2 / (x - j), (j, 1, 30))
+  assert primitive.integral(twice, x, mpmath.mpf(1), mpmath.mpf(32)) is None
+  assert primitive.integral(sympy.exp(x) * sympy.sin(x), x, mpmath.mpf(0), mpmath.mpf(1)) is None
+  assert primitive.integral(derivative, x, mpmath.mpf(1), mpmath.inf) is None
+  assert primitive.integral(x**2, x, mpmath.mpf(0), mpmath.mpf(1)) is None  # quadrature's job

@@ -32,6 +32,7 @@ NAMES = {"x": x, "C": sympy.Integer(0)}
     (" ( ( x ) ) \n", x),
     ("I*I", sympy.Integer(-1)),
     ("1/0", sympy.zoo),
+    ("factorial(5)/factorial(0)", sympy.Integer(120)),
 ])
 def test_parses(text, expected):
   assert parse_expression(text, NAMES) == expected
@@ -64,6 +65,10 @@ def test_parses(text, expected):
     ("-" * 65 + "x", "nesting deeper"),
     ("sin(" * 65 + "x" + ")" * 65, "nesting deeper"),
     ("x+" * 50_000 + "x", "longer than 2000"),
+    ("factorial(x)", "non-integer argument"),
+    ("factorial(1/2)", "non-integer argument"),
+    ("factorial(10**6)", "large or non-integer"),
+    ("factorial(-1)", "large or non-integer"),
 ])
 def test_rejects(text, message):
   with pytest.raises(UnsafeExpression, match=re.escape(message)):
