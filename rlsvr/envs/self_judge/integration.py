@@ -8,12 +8,12 @@ written as SymPy text (the policy's format) or LaTeX (official keys):
   real points drawn from a seed that is a hash of the problem and the
   answer, with a relative tolerance; any constant (or `+ C`) is ignored;
 - definite: compare the answer's value with the integral's value, computed
-  once per problem by `primitive.integral` (F(b) - F(a) when the integrand is the
-  derivative of its polynomial part F), else `tails.integral` (`quadrature`'s fixed-degree
-  tanh-sinh on pieces
-  split at jumps and kinks, fine float64 panels for fast oscillations, series
-  for infinitely many of either toward an end); when none pins it down the
-  value is unknown and no answer verifies.
+  once per problem by `primitive.integral` (F(b) - F(a) when the integrand is
+  the derivative of its polynomial part F), else by `tails.integral`
+  (`quadrature`'s fixed-degree tanh-sinh on pieces split at jumps and kinks,
+  fine float64 panels for fast oscillations, series for infinitely many of
+  either toward an end); when none pins it down the value is unknown and no
+  answer verifies.
 
 Decisions are bounded by sizes and operation counts (`numeric`, `quadrature`), never by
 the clock, so they are the same on every machine and under any load. Every

@@ -2,7 +2,7 @@
 
 Contest integrands such as prod_k (x - k) * sum_j 1/(x - j) (H091) are the
 derivative of a factor of their own (here by the logarithmic derivative),
-with values near 10^5810 that no float quadrature reaches. `integral` takes
+with values near 10^5821 that no float quadrature reaches. `integral` takes
 F, the product of the integrand's factors that are polynomials in x (a
 product of polynomials with integer limits counts) times its constant
 factors; when F' matches the integrand at fixed points, the integral over a
