@@ -4,16 +4,24 @@
   python bench/train_step.py --models tiny --seq-lens 128,512 --batch 4
   python bench/train_step.py --models smollm2-135m --seq-lens 80 --batch 16 --devices 2 \
       --profile /tmp/prof                            # also data=2; a jax.profiler trace
+  python bench/train_step.py --models smollm2-135m --seq-lens 224 --completion-len 32 \
+      --batch 16 --rows-per-prompt 8                 # GRPO groups: also the shared layout
   python bench/train_step.py --models qwen3-0.6b --dtype bfloat16 --seq-lens 2048 \
       --batch 4 --remat --no-torch                   # on a GPU: also prints MFU
 
 For each model and sequence length both sides run the same computation on the
-same weights: token logprobs of a (B, T) batch whose second half is the
-completion, the token-mean clipped policy loss against fixed old logprobs,
-backward, global-norm clipping and an AdamW step. PyTorch runs the
+same weights: token logprobs of a (B, T) batch whose last --completion-len columns
+(default: the second half) are the completion, the token-mean clipped policy loss
+against fixed old logprobs, backward, global-norm clipping and an AdamW step. PyTorch runs the
 `transformers` model with a plain `loss.backward(); opt.step()`. Shared
 machines are noisy: compare the ratio printed on one line, not absolute
 numbers across runs; the load average is printed with the results.
+
+With --rows-per-prompt R, rows come in groups of R with the same prompt part (the
+prompt of a GRPO group); ours then also runs the batch laid out by
+`build_batch(share_prompts=True)`, each prompt's forward once per group (layout
+"shared"), against the same torch step on whole rows, which is what TRL runs. The
+tokens/s count whole rows on every side, so the ratio is a ratio of times.
 """
 from __future__ import annotations
 
@@ -38,6 +46,10 @@ _ARGS.add_argument("--devices", type=int, default=1,
                    help="CPU only: host devices; with N > 1 ours also runs with the batch "
                         "split over them (data=N). Measured slower for SmolLM2 at T=80, and "
                         "hung in an all-reduce at T=272, B=16 (20 GB resident)")
+_ARGS.add_argument("--rows-per-prompt", type=int, default=1,
+                   help="rows per shared prompt (groups); > 1 adds the shared-prompt layout")
+_ARGS.add_argument("--completion-len", type=int, default=0,
+                   help="completion columns of each row (default: its second half)")
 _ARGS.add_argument("--profile", default="",
                    help="write a jax.profiler trace of our timed steps under this folder")
 FLAGS = _ARGS.parse_args()
@@ -54,7 +66,9 @@ import numpy as np  # noqa: E402
 from rlsvr import parallel  # noqa: E402
 from rlsvr.model import hf, qwen3  # noqa: E402
 from rlsvr.model.config import ModelConfig, preset  # noqa: E402
+from rlsvr.rl.batch import build_batch  # noqa: E402
 from rlsvr.rl.logprobs import token_logprobs  # noqa: E402
+from rlsvr.rl.rollout import Trajectory  # noqa: E402
 from rlsvr.rl.train_step import GRPOConfig, init_train_state, train_step  # noqa: E402
 
 TINY_HF = dict(model_type="qwen3", vocab_size=4096, hidden_size=256, intermediate_size=768,
@@ -87,18 +101,35 @@ def make_models(name: str, dtype: str, with_torch: bool):
   return config, params, None
 
 
-def make_batch(config: ModelConfig, params, batch: int, seq_len: int, seed: int = 0):
+def make_batch(config: ModelConfig, params, batch: int, seq_len: int, rows_per_prompt: int = 1,
+               completion_len: int = 0, seed: int = 0):
+  start = seq_len - (completion_len or seq_len - seq_len // 2)  # The first completion column.
   rng = np.random.default_rng(seed)
   tokens = rng.integers(0, config.vocab_size, (batch, seq_len)).astype(np.int32)
+  first = np.arange(batch) // rows_per_prompt * rows_per_prompt
+  tokens[:, :start] = tokens[first, :start]  # Each group's rows share a prompt.
   attention = np.ones((batch, seq_len), np.int32)
-  # The second half of each row is the completion, as `build_batch` lays it out.
-  loss_mask = np.ones((batch, seq_len - seq_len // 2), np.float32)
+  # The end of each row is the completion, as `build_batch` lays it out.
+  loss_mask = np.ones((batch, seq_len - start), np.float32)
   # Sampler logprobs = the current policy's. Ours takes the old logprobs from its own
   # forward (ratio 1, as in training); torch gets them as a fixed input: ratio 1 too.
   logp, _ = jax.jit(token_logprobs, static_argnums=0)(config, params, tokens, attention)
   return {"tokens_BxT": tokens, "attention_mask_BxT": attention, "loss_mask_BxC": loss_mask,
-          "sampler_logp_BxC": np.asarray(logp, np.float32)[:, seq_len // 2:] * loss_mask,
+          "sampler_logp_BxC": np.asarray(logp, np.float32)[:, start:] * loss_mask,
           "advantages_B": rng.normal(size=batch).astype(np.float32)}
+
+
+def shared_prompt_batch(batch, grpo_config):
+  """`batch` laid out by `build_batch(share_prompts=True)`: each distinct prompt once."""
+  start = batch["tokens_BxT"].shape[1] - batch["loss_mask_BxC"].shape[1]
+  rows = [Trajectory(prompt_ids=t[:start].tolist(), completion_ids=t[start:].tolist(),
+                     logprobs=lp.tolist(), reward=0.0, group_id=0, role="policy")
+          for t, lp in zip(batch["tokens_BxT"], batch["sampler_logp_BxC"])]
+  shared = build_batch(rows, grpo_config, advantages=batch["advantages_B"], min_bucket=1,
+                       share_prompts=True)
+  if "prompt_tokens_UxP" not in shared:
+    raise ValueError("too few rows share a prompt for the shared layout to pay")
+  return shared
 
 
 def layouts():
@@ -189,12 +220,16 @@ def main():
     config, params, model = make_models(name, args.dtype, not args.no_torch)
     n_params = config.num_params()
     for seq_len in (int(t) for t in args.seq_lens.split(",")):
-      batch = make_batch(config, params, args.batch, seq_len)
+      batch = make_batch(config, params, args.batch, seq_len, args.rows_per_prompt,
+                         args.completion_len)
       tokens = args.batch * seq_len
       torch_s = torch_loss = None
       if model is not None:
         torch_s, torch_loss = time_torch(model, batch, grpo_config, args.steps)
-      for layout, mesh in layouts():
+      runs = [(layout, mesh, batch) for layout, mesh in layouts()]
+      if args.rows_per_prompt > 1:
+        runs.append(("shared", None, shared_prompt_batch(batch, grpo_config)))
+      for layout, mesh, batch in runs:
         profile = os.path.join(args.profile, f"{name}_T{seq_len}_{layout.replace(' ', '')}")
         ours_s, compile_s, ours_loss = time_ours(config, params, batch, grpo_config, args.steps,
                                                  mesh, profile if args.profile else "")

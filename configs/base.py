@@ -86,6 +86,9 @@ def base_config() -> ml_collections.ConfigDict:
   # the weights, are what decide whether a step fits (`python -m rlsvr.plan`).
   c.grpo.micro_batch_size = 8
   c.grpo.remat = True  # Recompute layers in the backward pass (memory for compute).
+  # Rows that continue one prompt (a group's samples, a game's detectors) run its forward
+  # once, not once per row (`rlsvr.rl.batch`); the update is the same, minus the repeats.
+  c.grpo.share_prompts = True
   # Optimizer updates per batch, each on 1/K of the rows (verl's mini-batches; paper: 1).
   # With 1 the ratios start at exactly 1; with K > 1 a no-gradient pass scores the batch
   # under the pre-update policy first.

@@ -174,7 +174,8 @@ def train(c, workdir: str) -> dict[str, Any]:
       del policy_params  # Before the update: with bf16 compute it is a copy of the weights.
       t_play = time.time() - t0
       batch = batching.build_batch(played.rows, gcfg, pad_id=tokenizer.pad_token_id or 0,
-                                   batch_multiple=rows_multiple)
+                                   batch_multiple=rows_multiple,
+                                   share_prompts=gcfg.share_prompts and n_data == 1)
       state, step_metrics = train_step(state, parallel.put_batch(batch, mesh))
       step_metrics = jax.device_get(step_metrics)
       dt = time.time() - t0

@@ -7,6 +7,8 @@ a compiled program:
   apply(config, params, tokens_BxT, attention_mask_BxT) -> logits_BxTxV
   forward(config, params, tokens_BxT, positions_BxT, kv_mask_BxS, cache, cache_index)
       -> (hidden_BxTxD, cache)            # prefill (and any chunk) with a cache
+  forward_shared_prompts(config, params, prompts, prompt_index_B, completions)
+      -> (last_prompt_hidden_UxD, hidden_BxCxD)   # training rows that share prompts
   unembed(config, params, hidden_BxTxD) -> logits (float32)
   layer(config, w, x, sin, cos, attend, features_last) -> (x, carry)
 
@@ -230,6 +232,56 @@ def forward(config: ModelConfig, params: Params, tokens_BxT, positions_BxT, kv_m
   layer_ids = jnp.arange(config.num_layers)
   (x_BxTxD, cache), _ = jax.lax.scan(body, (x_BxTxD, cache), (params["layers"], layer_ids))
   return rms_norm(x_BxTxD, params["final_norm"]["scale"], config.rms_norm_eps), cache
+
+
+def forward_shared_prompts(config: ModelConfig, params: Params, prompt_tokens_UxP, prompt_mask_UxP,
+                           prompt_index_B, tokens_BxC, mask_BxC, *, remat: bool = False):
+  """Final-norm hidden states of completions whose rows share prompts; each prompt runs once.
+
+  Row b is prompt `prompt_index_B[b]` (left-padded, U x P) followed by its completion
+  (right-padded, B x C), and gets what `forward` of that concatenated row would give at
+  its completion positions: the completion attends to its prompt's keys and values, which
+  every row of the prompt reads (and, in the backward pass, sums its gradient into). A GRPO
+  group's G samples thus cost one prompt forward instead of G. Returns
+  (last_prompt_hidden_UxD, hidden_BxCxD); the first is what predicts a completion's first token.
+  """
+  p, c = prompt_tokens_UxP.shape[1], tokens_BxC.shape[1]
+  embed = lambda tokens: jnp.take(params["embed"], tokens, axis=0)
+  n_prompt_B = prompt_mask_UxP.astype(jnp.int32).sum(-1)[prompt_index_B]
+  completion_positions_BxC = jnp.maximum(
+      n_prompt_B[:, None] + jnp.cumsum(mask_BxC.astype(jnp.int32), axis=-1) - 1, 0)
+  sin_p, cos_p = (t[:, :, None] for t in rope_tables(config, positions_from_mask(prompt_mask_UxP)))
+  sin_c, cos_c = (t[:, :, None] for t in rope_tables(config, completion_positions_BxC))
+  # Slots as in the concatenated row: the prompt at 0..P-1, the completion at P..P+C-1.
+  kv_valid_BxS = jnp.concatenate([prompt_mask_UxP[prompt_index_B], mask_BxC], axis=1)
+
+  def body(carry, w):
+    xp_UxPxD, xc_BxCxD = carry
+
+    def attend_prompt(q_UxPxHxDh, k_UxPxKxDh, v_UxPxKxDh):
+      k_UxKxDhxP, v_UxKxPxDh = k_UxPxKxDh.transpose(0, 2, 3, 1), v_UxPxKxDh.transpose(0, 2, 1, 3)
+      out = attention.attend(q_UxPxHxDh, k_UxKxDhxP, v_UxKxPxDh, prompt_mask_UxP, jnp.arange(p))
+      return out, (k_UxKxDhxP, v_UxKxPxDh)
+
+    xp_UxPxD, (k_UxKxDhxP, v_UxKxPxDh) = layer(config, w, xp_UxPxD, sin_p, cos_p, attend_prompt)
+
+    def attend_completion(q_BxCxHxDh, k_BxCxKxDh, v_BxCxKxDh):
+      k_BxKxDhxS = jnp.concatenate([k_UxKxDhxP[prompt_index_B],
+                                    k_BxCxKxDh.transpose(0, 2, 3, 1)], axis=-1)
+      v_BxKxSxDh = jnp.concatenate([v_UxKxPxDh[prompt_index_B],
+                                    v_BxCxKxDh.transpose(0, 2, 1, 3)], axis=-2)
+      return attention.attend(q_BxCxHxDh, k_BxKxDhxS, v_BxKxSxDh, kv_valid_BxS,
+                              p + jnp.arange(c)), None
+
+    xc_BxCxD, _ = layer(config, w, xc_BxCxD, sin_c, cos_c, attend_completion)
+    return (xp_UxPxD, xc_BxCxD), None
+
+  if remat:  # As in `forward`.
+    body = jax.checkpoint(body, prevent_cse=False)
+  (xp_UxPxD, xc_BxCxD), _ = jax.lax.scan(body, (embed(prompt_tokens_UxP), embed(tokens_BxC)),
+                                         params["layers"])
+  norm = lambda x: rms_norm(x, params["final_norm"]["scale"], config.rms_norm_eps)
+  return norm(xp_UxPxD[:, -1]), norm(xc_BxCxD)
 
 
 def unembed(config: ModelConfig, params: Params, hidden_BxTxD):

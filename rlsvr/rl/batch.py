@@ -13,6 +13,24 @@ cover only the last C columns: the update never computes logits (the largest
 activation) for prompt positions, which in the spy game's detection prompts
 outnumber the completion tokens many times over. P and C are rounded up to buckets
 (powers of two), so a run compiles a handful of shapes, not one per step.
+
+With `share_prompts`, rows that continue the same prompt (a GRPO group, the
+detectors of one game) are laid out so that the update runs each prompt once
+(`qwen3.forward_shared_prompts`), when that saves a quarter of the tokens or more:
+
+  prompt_tokens_UxP      [pad ... pad  p0 p1 ... pk]   U distinct prompts (and empty ones)
+  prompt_mask_UxP        [0   ...   0   1  1 ...  1]
+  prompt_index_B         row b continues prompt prompt_index_B[b] of its micro-batch
+  completion_tokens_BxC  [c0 c1 ... EOS  pad ... pad]
+  completion_mask_BxC    [ 1  1 ...   1    0 ...   0]
+  loss_mask_BxC, sampler_logp_BxC, advantages_B as above
+
+The update splits rows (and prompts) i -> part i % parts (updates per batch x
+micro-batches); the rows are reordered so that each part holds its rows' prompts
+(`prompt_index_B` counts within the part), while every update gets the same rows
+as in the whole-row layout. Over data shards the layout is still exact, but XLA
+then all-gathers every prompt's keys and values, so `rlsvr.train` uses it on
+one batch shard only.
 """
 from __future__ import annotations
 
@@ -64,7 +82,8 @@ def advantages_of(trajectories: Sequence[Trajectory], config: GRPOConfig | None 
 def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = None, *,
                 advantages: Sequence[float] | None = None,
                 max_response_length: int | Sequence[int] | None = None, pad_id: int = 0,
-                min_bucket: int = 16, batch_multiple: int = 1) -> dict[str, np.ndarray]:
+                min_bucket: int = 16, batch_multiple: int = 1,
+                share_prompts: bool = False) -> dict[str, np.ndarray]:
   """The `train_step` batch of the trained rows of `trajectories`.
 
   Args:
@@ -80,11 +99,16 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
     batch_multiple: rows are padded with fully masked rows to a multiple of
       this (updates per batch x micro-batch size, and data shards), which
       changes no loss.
+    share_prompts: lay rows that share a prompt out to run it once (the layout
+      above, rows reordered) when that saves >= 25% of the tokens; the update
+      is the same. `config`'s updates_per_batch and micro_batch_size say how
+      the step will split the rows.
 
   Returns:
     tokens_BxT, attention_mask_BxT, loss_mask_BxC, sampler_logp_BxC,
-    advantages_B as numpy arrays (int32 / float32).
+    advantages_B as numpy arrays (int32 / float32); or, shared, the keys above.
   """
+  config = config or GRPOConfig()
   if advantages is None:
     advantages = advantages_of(trajectories, config, max_response_length=max_response_length)
   if len(advantages) != len(trajectories):
@@ -98,6 +122,10 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
   p = length_bucket(max(len(t.prompt_ids) for t, _ in rows), min_bucket)
   c = length_bucket(max(len(t.completion_ids) for t, _ in rows), min_bucket)
   b = -(-len(rows) // batch_multiple) * batch_multiple
+  if share_prompts:
+    shared = _shared_prompt_layout(rows, p, c, b, config, pad_id)
+    if shared is not None:
+      return shared
   tokens = np.full((b, p + c), pad_id, np.int32)
   attention = np.zeros((b, p + c), np.int32)
   loss_mask = np.zeros((b, c), np.float32)
@@ -112,6 +140,72 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
     sampler_logp[i, :n_c] = t.logprobs
     adv[i] = a
   return {"tokens_BxT": tokens, "attention_mask_BxT": attention, "loss_mask_BxC": loss_mask,
+          "sampler_logp_BxC": sampler_logp, "advantages_B": adv}
+
+
+# The shared layout is used when it runs at most this fraction of the plain layout's tokens.
+_SHARED_TOKENS_FRACTION = 0.75
+
+
+def _shared_prompt_layout(rows, p: int, c: int, b: int, config: GRPOConfig,
+                          pad_id: int) -> dict[str, np.ndarray] | None:
+  """The shared-prompt batch of `build_batch` (module docstring), or None when it would
+  not save enough tokens."""
+  k, mb = config.updates_per_batch, config.micro_batch_size
+  if b % k or (mb and (b // k) % mb):
+    return None  # `train_step` refuses such a batch anyway, with the reason.
+  n = b // k // mb if mb else 1  # Micro-batches per update.
+  parts = k * n  # How `train_step` splits the rows: row i to part i % parts.
+  per_part = b // parts
+  # Each update gets the rows the whole-row layout gives it (i % k), so every update is
+  # the same; inside it, each prompt's rows are packed into its n micro-batches of
+  # per_part rows, into one (if any) with room for all of them, else split.
+  parts_rows = {}
+  for update in range(k):
+    groups: dict[tuple[int, ...], list] = {}
+    for row in rows[update::k]:
+      groups.setdefault(tuple(row[0].prompt_ids), []).append(row)
+    packed = [[] for _ in range(n)]
+    for group in sorted(groups.values(), key=len, reverse=True):  # Largest first: fewer splits.
+      while group:
+        room = [per_part - len(part) for part in packed]
+        fits = [m for m in range(n) if room[m] >= len(group)]
+        m = min(fits, key=lambda m: room[m]) if fits else int(np.argmax(room))
+        packed[m] += group[:room[m]]
+        group = group[room[m]:]
+    for m, part in enumerate(packed):
+      parts_rows[m * k + update] = part
+  prompts = {q: list(dict.fromkeys(tuple(t.prompt_ids) for t, _ in part))
+             for q, part in parts_rows.items()}
+  u_part = max(1, max(len(x) for x in prompts.values()))  # Every part holds as many.
+  u = u_part * parts
+  if u * p + b * c > _SHARED_TOKENS_FRACTION * b * (p + c):
+    return None
+  prompt_tokens = np.full((u, p), pad_id, np.int32)
+  prompt_mask = np.zeros((u, p), np.int32)
+  prompt_index = np.zeros((b,), np.int32)
+  tokens = np.full((b, c), pad_id, np.int32)
+  attention = np.zeros((b, c), np.int32)
+  loss_mask = np.zeros((b, c), np.float32)
+  sampler_logp = np.zeros((b, c), np.float32)
+  adv = np.zeros((b,), np.float32)
+  for q, part in parts_rows.items():
+    local = {ids: v for v, ids in enumerate(prompts[q])}  # Index within part q.
+    for ids, v in local.items():
+      prompt_tokens[v * parts + q, p - len(ids):] = ids
+      prompt_mask[v * parts + q, p - len(ids):] = 1
+    for l, (t, a) in enumerate(part):  # Padding rows (the rest) read the part's prompt 0.
+      i = l * parts + q
+      n_c = len(t.completion_ids)
+      prompt_index[i] = local[tuple(t.prompt_ids)]
+      tokens[i, :n_c] = t.completion_ids
+      attention[i, :n_c] = 1
+      loss_mask[i, :n_c] = 1.0
+      sampler_logp[i, :n_c] = t.logprobs
+      adv[i] = a
+  return {"prompt_tokens_UxP": prompt_tokens, "prompt_mask_UxP": prompt_mask,
+          "prompt_index_B": prompt_index, "completion_tokens_BxC": tokens,
+          "completion_mask_BxC": attention, "loss_mask_BxC": loss_mask,
           "sampler_logp_BxC": sampler_logp, "advantages_B": adv}
 
 

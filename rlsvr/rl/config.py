@@ -61,6 +61,9 @@ class GRPOConfig:
   param_dtype: str = "float32"  # Storage dtype of the params (optimizer state is fp32).
   compute_dtype: str | None = None  # Forward/backward dtype; None: param_dtype.
   remat: bool = False  # Recompute each layer in the backward pass.
+  # Host side: `rlsvr.train` builds batches whose rows share prompts with each prompt once
+  # (`build_batch(share_prompts=True)`, the same update), where that saves tokens.
+  share_prompts: bool = True
   logits_chunk: int = 0  # Sequence chunk of the unembedding; 0: automatic.
 
   def __post_init__(self):

@@ -104,3 +104,19 @@ def token_logprobs(config: ModelConfig, params, tokens_BxT, attention_mask_BxT, 
                                        tokens_BxT[:, start:], temperature=temperature,
                                        chunk=chunk)
   return logp[:, 1:], entropy[:, 1:]
+
+
+def shared_prompt_logprobs(config: ModelConfig, params, prompt_tokens_UxP, prompt_mask_UxP,
+                           prompt_index_B, tokens_BxC, mask_BxC, *, temperature: float = 1.0,
+                           chunk: int | None = None, remat: bool = False):
+  """(logp_BxC, entropy_BxC) of completions whose rows share prompts (`qwen3.forward_shared_prompts`):
+  what `token_logprobs(..., completion_len=C)` gives for the rows laid out whole."""
+  last_prompt_UxD, hidden_BxCxD = qwen3.forward_shared_prompts(
+      config, params, prompt_tokens_UxP, prompt_mask_UxP, prompt_index_B, tokens_BxC, mask_BxC,
+      remat=remat)
+  # Window of C + 1 positions, as in `token_logprobs`: the prompt's last state predicts c0.
+  hidden_BxWxD = jnp.concatenate([last_prompt_UxD[prompt_index_B][:, None], hidden_BxCxD], 1)
+  tokens_BxW = jnp.concatenate([prompt_tokens_UxP[prompt_index_B, -1:], tokens_BxC], 1)
+  logp, entropy = logprobs_from_hidden(config, params, hidden_BxWxD, tokens_BxW,
+                                       temperature=temperature, chunk=chunk)
+  return logp[:, 1:], entropy[:, 1:]

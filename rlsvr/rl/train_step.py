@@ -36,7 +36,11 @@ Batch (a dict of arrays; `rlsvr.rl.batch.build_batch` makes one from trajectorie
                              against (e.g. an older policy's); default: the trainer's
   ref_logp_BxC        f32    optional; without it and with kl_coef > 0 the step
                              computes it from `state.ref_params`
-Rows whose loss mask is all zero (padding rows) change nothing.
+Rows whose loss mask is all zero (padding rows) change nothing. Instead of
+tokens_BxT and attention_mask_BxT, a batch may give each distinct prompt once
+(`build_batch(share_prompts=True)`: prompt_tokens_UxP, prompt_mask_UxP,
+prompt_index_B, completion_tokens_BxC, completion_mask_BxC); the update is the same,
+and each prompt's forward runs once for all the rows that continue it.
 
 Micro-batching: each (mini-)batch is split into `rows / micro_batch_size`
 micro-batches (row i goes to micro-batch i mod n, which keeps every micro-batch
@@ -57,7 +61,7 @@ from rlsvr import parallel
 from rlsvr.model.config import ModelConfig
 from rlsvr.rl import core, losses
 from rlsvr.rl.config import DTYPES, GRPOConfig  # noqa: F401  (public here: rlsvr.train uses DTYPES)
-from rlsvr.rl.logprobs import token_logprobs
+from rlsvr.rl.logprobs import shared_prompt_logprobs, token_logprobs
 
 Params = Any
 
@@ -142,25 +146,36 @@ def sampling_params(state: TrainState) -> Params:
   return cast_params(state.params, state.config.dtype)
 
 
+# The keys of each batch layout that the forward reads (`rlsvr.rl.batch`).
+_WHOLE_ROWS = ("tokens_BxT", "attention_mask_BxT")
+_SHARED_PROMPTS = ("prompt_tokens_UxP", "prompt_mask_UxP", "prompt_index_B",
+                   "completion_tokens_BxC", "completion_mask_BxC")
+
+
 def _logprobs(state: TrainState, params, batch):
   cfg = state.config
+  kw = dict(temperature=cfg.temperature, chunk=cfg.logits_chunk or None, remat=cfg.remat)
+  if "prompt_tokens_UxP" in batch:
+    return shared_prompt_logprobs(state.model_config, params,
+                                  *(batch[k] for k in _SHARED_PROMPTS), **kw)
   return token_logprobs(state.model_config, params, batch["tokens_BxT"],
-                        batch["attention_mask_BxT"], temperature=cfg.temperature,
-                        chunk=cfg.logits_chunk or None, remat=cfg.remat,
-                        completion_len=batch["loss_mask_BxC"].shape[-1])
+                        batch["attention_mask_BxT"],
+                        completion_len=batch["loss_mask_BxC"].shape[-1], **kw)
 
 
 def _split_rows(batch: dict[str, jax.Array], parts: int, what: str):
-  """[parts, rows / parts, ...] arrays; row i goes to part i % parts, so a contiguous
-  data shard feeds every part."""
-  b = batch["tokens_BxT"].shape[0]
-  if b % parts:
-    raise ValueError(f"batch of {b} rows is not a multiple of {what}={parts}")
-  return {k: v.reshape(b // parts, parts, *v.shape[1:]).swapaxes(0, 1) for k, v in batch.items()}
+  """[parts, n / parts, ...] arrays; row (or shared prompt) i goes to part i % parts, so
+  a contiguous data shard feeds every part."""
+  for k, v in batch.items():
+    if v.shape[0] % parts:
+      raise ValueError(f"batch of {v.shape[0]} {'prompts' if 'UxP' in k else 'rows'} is not "
+                       f"a multiple of {what}={parts}")
+  return {k: v.reshape(v.shape[0] // parts, parts, *v.shape[1:]).swapaxes(0, 1)
+          for k, v in batch.items()}
 
 
 def _split_micro(batch: dict[str, jax.Array], micro_batch_size: int):
-  b = batch["tokens_BxT"].shape[0]
+  b = batch["loss_mask_BxC"].shape[0]
   mb = micro_batch_size or b
   if b % mb:
     raise ValueError(f"batch of {b} rows is not a multiple of micro_batch_size={mb}")
@@ -169,8 +184,8 @@ def _split_micro(batch: dict[str, jax.Array], micro_batch_size: int):
 
 def _no_grad_logprobs(state: TrainState, params, batch) -> jax.Array:
   """logp_BxC of the batch under `params` (micro-batched, no gradient)."""
-  keys = ("tokens_BxT", "attention_mask_BxT", "loss_mask_BxC")
-  micro = _split_micro({k: batch[k] for k in keys}, state.config.micro_batch_size)
+  keys = ("loss_mask_BxC", *_SHARED_PROMPTS, *_WHOLE_ROWS)
+  micro = _split_micro({k: batch[k] for k in keys if k in batch}, state.config.micro_batch_size)
   params = jax.lax.stop_gradient(params)
   logp_NxMxT = jax.lax.map(lambda mb: _logprobs(state, params, mb)[0], micro)
   n, m, t = logp_NxMxT.shape
