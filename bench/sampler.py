@@ -7,7 +7,8 @@ the machine's load (these shared machines drift by 20% from minute to minute).
 
   (a) tiny random Qwen3 (hidden 256, MLP 768, 4 layers, 4/2 heads, head_dim 64,
       vocab 4096, tied) at batch 8, 32, 128: 32-token prompts, 128 new tokens;
-  (b) SmolLM2-135M-Instruct at batch 8: 32-token prompts, 64 new tokens.
+  (b) SmolLM2-135M-Instruct at batch 8 (`--smollm-batches`): 32-token prompts, 64 new
+      tokens.
 
 Also reports compile time apart from steady state, and for (a) at batch 32 the
 distance from the compute limit: model FLOPs per decode step over the matmul
@@ -41,7 +42,9 @@ _ARGS.add_argument("--devices", type=int, default=os.cpu_count(),
                    help="host CPU devices (default: one per core)")
 _ARGS.add_argument("--repeats", type=int, default=5,
                    help="timed rounds per case (each side's fastest call counts)")
-_ARGS.add_argument("--batches", type=int, nargs="+", default=[8, 32, 128])
+_ARGS.add_argument("--batches", type=int, nargs="*", default=[8, 32, 128],
+                   help="tiny Qwen3 batches (none: skip it)")
+_ARGS.add_argument("--smollm-batches", type=int, nargs="*", default=[8])
 _ARGS.add_argument("--skip-smollm", action="store_true")
 _ARGS.add_argument("--group", action="store_true",
                    help="also GRPO-style group sampling (shared-prompt prefill)")
@@ -244,7 +247,8 @@ def main():
           for r in run_case("qwen3-a", model, config, params, b, 128, FLAGS.repeats)]
   if not FLAGS.skip_smollm:
     model_b, config_b, params_b = smollm2()
-    rows += run_case("smollm2", model_b, config_b, params_b, 8, 64, FLAGS.repeats)
+    rows += [r for b in FLAGS.smollm_batches
+             for r in run_case("smollm2", model_b, config_b, params_b, b, 64, FLAGS.repeats)]
   if FLAGS.group:
     run_group_case(model, config, params, 8, 8, 512, 64, FLAGS.repeats)
   big, small = matmul_rate()
