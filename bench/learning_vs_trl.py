@@ -207,6 +207,9 @@ def ours_worker(spec_path: str) -> None:
   g.updates_per_batch, g.rollout_is, g.filter_groups, g.overlong_buffer = 1, "none", False, 0
   g.micro_batch_size, g.remat = 0, False  # One pass over the whole batch, as TRL's.
   c.checkpoint.every, c.log.tensorboard = s["steps"], False
+  from rlsvr import runtime  # noqa: PLC0415
+
+  runtime.set_host_devices()  # As `rlsvr.train.main` does.
   t0 = time.time()
   train.train(c, s["workdir"])
   t1 = time.time()

@@ -20,14 +20,15 @@ rate measured in this run.
 tokens, temperature 1): ours with shared prompt caches and with one per row, and
 `generate(num_return_sequences=8)`.
 
-Every case runs ours in two layouts of the same cores: params on one XLA device,
-and the batch over `--devices` host devices (default: one per core; a mesh
-with data=N). XLA:CPU's intra-op threading keeps about 1.5 of 2 cores busy on
-decode-sized matmuls, and two devices running their halves of the batch at once
-keep both busy, but each device then reads every weight: the batch split pays at batch >= 32
-of a small model and loses on a weight-bound one (SmolLM2 at batch 8). Both
-rows are printed, then the better layout per case. The device count must be
-fixed before jax starts, hence a flag.
+Every case runs ours in three layouts of the same cores: params on one XLA device;
+the default (params on one device, calls of 32 rows or more split over the host
+devices by the sampler, the weights copied for each call); and the batch over
+`--devices` host devices (default: one per core; a mesh with data=N). XLA:CPU's
+intra-op threading keeps about 1.5 of 2 cores busy on decode-sized matmuls, and two
+devices running their halves of the batch at once keep both busy, but each device
+then reads every weight: the split pays at batch >= 32 and loses below (SmolLM2 at
+batch 8 and 16). Every row is printed, then the best layout per case. The device
+count must be fixed before jax starts, hence a flag.
 """
 from __future__ import annotations
 
@@ -134,10 +135,12 @@ def torch_best(seconds):
 
 
 def layouts(devices: int):
-  """(name, mesh or None) to run ours in: one device, and the batch over all of them."""
-  out = [("1 device", None)]
+  """(name, mesh or None, split_on_host) to run ours in: one device; the default (params
+  on one device, the sampler splits calls of `parallel.HOST_SPLIT_MIN_ROWS` rows or more
+  over the host devices, copying the weights each call); the batch over all of them."""
+  out = [("1 device", None, False)]
   if devices > 1:
-    out.append((f"data={devices}", parallel.make_mesh({"data": devices})))
+    out += [("default", None, True), (f"data={devices}", parallel.make_mesh({"data": devices}), True)]
   return out
 
 
@@ -153,10 +156,11 @@ def run_case(name, model, config, params, batch, new_tokens, repeats):
                      min_new_tokens=new_tokens, pad_token_id=0)
 
   runners, outs = torch_runners(theirs), {}
-  for layout, mesh in layouts(jax.device_count()):
+  for layout, mesh, split in layouts(jax.device_count()):
     laid = params if mesh is None else parallel.shard_params(params, mesh)
 
-    def ours(laid=laid, sampler=Sampler(config), out=outs.setdefault(layout, [])):
+    def ours(laid=laid, sampler=Sampler(config, split_on_host=split),
+             out=outs.setdefault(layout, [])):
       out[:] = sampler(laid, prompts.tolist(), max_new_tokens=new_tokens, temperature=0.0)
 
     runners["ours", layout] = ours
@@ -194,10 +198,10 @@ def run_group_case(model, config, params, groups, group, prompt_len, new_tokens,
                      min_new_tokens=new_tokens, pad_token_id=0)
 
   runners = torch_runners(theirs)
-  for layout, mesh in layouts(jax.device_count()):
+  for layout, mesh, split in layouts(jax.device_count()):
     laid = params if mesh is None else parallel.shard_params(params, mesh)
     for share in (True, False):
-      sampler = Sampler(config, share_prompts=share)
+      sampler = Sampler(config, share_prompts=share, split_on_host=split)
       runners["ours", layout, share] = functools.partial(
           sampler, laid, rows, max_new_tokens=new_tokens, temperature=1.0)
   seconds = timed(runners, repeats)
@@ -205,7 +209,7 @@ def run_group_case(model, config, params, groups, group, prompt_len, new_tokens,
   tokens = len(rows) * new_tokens
   print(f"group sampling: {groups} prompts of {prompt_len} tokens x {group} samples, "
         f"{new_tokens} new tokens, temperature 1; HF {tokens / hf_s:.0f} tok/s")
-  for layout, _ in layouts(jax.device_count()):
+  for layout, _, _ in layouts(jax.device_count()):
     shared, unshared = seconds["ours", layout, True][1], seconds["ours", layout, False][1]
     print(f"  {layout:>8}: ours {tokens / shared:.0f} tok/s with shared prefill, "
           f"{tokens / unshared:.0f} prefilling every row: {unshared / shared:.2f}x from sharing, "

@@ -69,9 +69,10 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     # (reference document + every player's output) dominates, so documents are short.
     run_locally(c, "smollm2")
     c.data.source = "bundled"
-    # 4 steps (2 decision, 2 clue): with the answer prefill the players' summaries reach the
-    # detectors, whose prompts then pass 512 tokens, and a train step costs ~90 s here.
-    c.steps = 4
+    # 8 steps (4 decision, 4 clue): with the answer prefill the players' summaries reach the
+    # detectors, whose prompts then pass 1000 tokens; a decision and a clue step take about
+    # 65-110 s on 2 cores with the shared-prompt update (README).
+    c.steps = 8
     c.sampling.temperature = 0.7  # A 135M model writes noticeably better below 1.0.
     c.spy.games_per_step = 2
     # 4 detectors per game: groups of 2 often voted alike (no spread, nothing learnt).

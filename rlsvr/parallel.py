@@ -118,6 +118,37 @@ def batch_spec(mesh: Mesh, rows: int) -> P:
   return P(axes) if axes and rows % size == 0 else P()
 
 
+# Rows of a sampler call from which CPU weights on one device are copied to every host
+# device for it, each decoding its share of the rows (`host_split_mesh`). Fewer rows: each
+# device reading every weight costs more than the second core gains. `bench/sampler.py`,
+# one device vs data=2 time, 2 cores: SmolLM2 1.30x at 8 rows, 1.19x at 16, 0.95x at 32
+# and 64; tiny Qwen3 0.75x at 32, 0.66x at 128.
+HOST_SPLIT_MIN_ROWS = 32
+
+
+def host_split_mesh(params, rows: int) -> Mesh | None:
+  """The mesh a sampler call of `rows` rows should run on instead of the params' one
+  device: on CPU, with `rows >= HOST_SPLIT_MIN_ROWS` and more host devices in this
+  process (`runtime.set_host_devices`: one per core), a data mesh of one device per core.
+  A decode step's matmuls are too small for XLA:CPU to keep both cores busy on one device.
+  None for accelerators, meshes, several processes and small calls."""
+  from rlsvr import runtime  # noqa: PLC0415
+
+  leaf = jax.tree.leaves(params)[0]
+  if (rows < HOST_SPLIT_MIN_ROWS or len(leaf.devices()) != 1 or jax.process_count() > 1
+      or next(iter(leaf.devices())).platform != "cpu"):
+    return None
+  count = min(runtime.cpu_cores(), jax.local_device_count())
+  return make_mesh({"data": count}, jax.local_devices()[:count]) if count > 1 else None
+
+
+def replicate(tree, mesh: Mesh):
+  """Every array of `tree` whole on every device of `mesh`. The copy on an array's own
+  device may be that array's buffer, so use the result only while `tree` lives (the
+  sampler does, within one call)."""
+  return jax.device_put(tree, NamedSharding(mesh, P()))
+
+
 def put_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
   """A host batch (identical on every process) as global arrays split by rows.
 

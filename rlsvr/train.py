@@ -206,6 +206,11 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
   c = FLAGS.config
+  from rlsvr import runtime  # noqa: PLC0415
+
+  # Before JAX starts: one CPU device per core, which large sampler calls split over
+  # (`rlsvr.parallel.host_split_mesh`); the update keeps the config's mesh.
+  runtime.set_host_devices()
   name = os.path.splitext(os.path.basename(FLAGS["config"].config_filename))[0]
   workdir = FLAGS.workdir or c.workdir or os.path.join("runs", name)
   train(c, workdir)

@@ -141,3 +141,23 @@ def test_put_batch_splits_rows_when_they_divide():
   assert batch["a"].addressable_shards[1].data.shape == (1, 2)
   assert batch["b"].sharding.spec == P()  # 6 rows over 8 devices: replicated
   np.testing.assert_array_equal(parallel.to_host(batch)["a"], np.arange(16).reshape(8, 2))
+
+
+def test_host_split_mesh_only_for_large_calls_on_one_cpu_device(monkeypatch):
+  from rlsvr import runtime
+
+  params = {"w": jnp.ones((4, 4))}
+  monkeypatch.setattr(runtime, "cpu_cores", lambda: 2)
+  mesh = parallel.host_split_mesh(params, parallel.HOST_SPLIT_MIN_ROWS)
+  assert dict(mesh.shape) == {"data": 2, "fsdp": 1, "tensor": 1}
+  assert parallel.host_split_mesh(params, parallel.HOST_SPLIT_MIN_ROWS - 1) is None
+  sharded = parallel.shard_params(random_params(MESH_CONFIG), parallel.make_mesh({"fsdp": 2}))
+  assert parallel.host_split_mesh(sharded, 1024) is None  # Weights on a mesh stay there.
+  monkeypatch.setattr(runtime, "cpu_cores", lambda: 16)
+  assert parallel.host_split_mesh(params, 1024).size == 8  # At most the devices there are.
+  monkeypatch.setattr(runtime, "cpu_cores", lambda: 1)
+  assert parallel.host_split_mesh(params, 1024) is None
+  y = parallel.replicate(params, mesh)["w"]
+  assert y.sharding.is_fully_replicated and len(y.devices()) == 2
+  for shard in y.addressable_shards:
+    np.testing.assert_array_equal(np.asarray(shard.data), np.ones((4, 4)))

@@ -29,7 +29,8 @@ PRNG: a `Sampler` splits its key on every call; step i of a call uses
 
 Params may live on a device mesh (`rlsvr.parallel.shard_params`): the sampler
 lays the batch over the mesh's data/fsdp axes and the cache's KV heads over
-`tensor` where the sizes divide, and lets XLA propagate the rest.
+`tensor` where the sizes divide, and lets XLA propagate the rest. On CPU, a large
+call on one-device weights splits its rows over the host devices (`split_on_host`).
 """
 from __future__ import annotations
 
@@ -198,7 +199,8 @@ class Sampler:
   def __init__(self, config: ModelConfig, *, eos_ids: Sequence[int] = (),
                stop_strings: Sequence[str] = (), tokenizer=None, seed: int = 0,
                buckets: Buckets = Buckets(), chunk_size: int = 32, cache_dtype=None,
-               max_rows: int = 0, max_cache_tokens: int = 0, share_prompts: bool = True):
+               max_rows: int = 0, max_cache_tokens: int = 0, share_prompts: bool = True,
+               split_on_host: bool = True):
     """`max_rows` > 0 samples longer prompt lists in consecutive slices of at most that
     many rows, and `max_cache_tokens` > 0 in slices whose KV cache holds at most that
     many token slots (`slice_rows`): the cache of one slice, not of the whole list,
@@ -208,6 +210,11 @@ class Sampler:
     (GRPO groups, a game's detectors), prefill each once and let its rows share
     its prompt cache; off, every row is prefilled and cached on its own (same
     outputs up to float rounding).
+
+    `split_on_host`: a call of at least `parallel.HOST_SPLIT_MIN_ROWS` rows on weights
+    on one CPU device runs over one host device per core, when the process has them
+    (`rlsvr.runtime.set_host_devices`), with the weights copied to each for the call
+    (`parallel.host_split_mesh`; same outputs up to float rounding).
     """
     if max_rows < 0 or max_cache_tokens < 0:
       raise ValueError(f"max_rows and max_cache_tokens must be >= 0, got {max_rows}, "
@@ -215,6 +222,7 @@ class Sampler:
     self.max_rows = max_rows
     self.max_cache_tokens = max_cache_tokens
     self.share_prompts = share_prompts
+    self.split_on_host = split_on_host
     self.config = config
     self.eos_ids = tuple(eos_ids)
     self.stop_strings = tuple(stop_strings)
@@ -268,6 +276,10 @@ class Sampler:
           "shorten the prompts (e.g. spy.truncate_words) or lower the call's max_new_tokens "
           "(spy.player_max_new_tokens / spy.detector_max_new_tokens, rlsr.policy_max_new_tokens / "
           "rlsr.judge_max_new_tokens)")
+    host_mesh = self.split_on_host and parallel.host_split_mesh(
+        params, min(len(prompts), self.max_rows or len(prompts)))
+    if host_mesh:
+      params = parallel.replicate(params, host_mesh)
     rows = self._slice_rows(params, prompts, max_new_tokens)
     layers = _unstack_layers(params)
     if len(prompts) <= rows:

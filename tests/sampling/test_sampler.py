@@ -292,3 +292,27 @@ def test_prompt_plus_budget_beyond_the_position_range_fails_before_sampling(tiny
     Sampler(short)(params, [[1] * 16, [2] * 3], max_new_tokens=9)
   assert compile_count() == before  # nothing was compiled or run
   Sampler(short)(params, [[1] * 16], max_new_tokens=8)  # exactly at the limit: fine
+
+
+def test_a_large_call_on_one_cpu_device_splits_over_the_host_devices(tiny, monkeypatch):
+  """32 rows on one-device weights run over one host device per core, with the same
+  completions as on that one device; 31 rows stay on it."""
+  from rlsvr import runtime
+
+  _, config, params = tiny
+  monkeypatch.setattr(runtime, "cpu_cores", lambda: 2)
+  copies = []
+  replicate = parallel.replicate
+  monkeypatch.setattr(parallel, "replicate",
+                      lambda tree, mesh: copies.append(mesh.size) or replicate(tree, mesh))
+  rng = np.random.default_rng(5)
+  prompts = [rng.integers(1, config.vocab_size, int(rng.integers(2, 12))).tolist()
+             for _ in range(parallel.HOST_SPLIT_MIN_ROWS)]
+  one = Sampler(config, split_on_host=False)(params, prompts, max_new_tokens=8, temperature=0.0)
+  assert copies == []
+  split = Sampler(config)(params, prompts, max_new_tokens=8, temperature=0.0)
+  assert copies == [2]
+  assert [c.ids for c in split] == [c.ids for c in one]
+  np.testing.assert_allclose([c.logprobs for c in split], [c.logprobs for c in one], atol=1e-4)
+  Sampler(config)(params, prompts[1:], max_new_tokens=8, temperature=0.0)
+  assert copies == [2]
