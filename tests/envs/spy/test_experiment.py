@@ -69,5 +69,5 @@ def test_model_enable_thinking_reaches_every_prompt(thinking, think_block):
 def test_cpu_long_is_the_cpu_default_run_longer():
   short, long_ = parse("configs/spy_summ.py:cpu"), parse("configs/spy_summ.py:cpu_long")
   assert game_config(long_) == game_config(short)
-  assert (long_.steps, long_.heldout.size, short.steps, short.heldout.size) == (20, 16, 4, 8)
+  assert (long_.steps, long_.heldout.size, short.steps, short.heldout.size) == (20, 16, 8, 8)
   assert long_.grpo.filter_groups and long_.model.source == "smollm2"
