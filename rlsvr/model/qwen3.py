@@ -124,7 +124,15 @@ def layer(config: ModelConfig, w: Params, x, sin, cos, attend: Callable, *,
 
   def dense(x, part, name: str, n_in: int = 1):
     kernel = part[f"{name}_proj"]
-    y = jnp.tensordot(x, kernel, n_in) if features_last else jnp.tensordot(kernel, x, n_in)
+    if features_last:
+      # One 2-D matmul over all positions: its weight gradient then contracts a single
+      # dimension. Contracting (B, T) made XLA:CPU write a transposed copy of the MLP's
+      # activations for every layer's backward (a SmolLM2 update 11% slower).
+      k_in = math.prod(kernel.shape[:n_in])
+      y = jnp.dot(x.reshape(-1, k_in), kernel.reshape(k_in, -1))
+      y = y.reshape(*x.shape[:x.ndim - n_in], *kernel.shape[n_in:])
+    else:
+      y = jnp.tensordot(kernel, x, n_in)
     bias = part.get(f"{name}_bias")
     return y if bias is None else y + bias
 
