@@ -69,6 +69,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.learning_rewards import MATH_PREFILL, TASKS  # noqa: E402
+from rlsvr import runtime  # noqa: E402
 
 LENGTH_PROMPTS = [
     "What is the capital of France?", "Name a primary color.", "What is 2 + 3?",
@@ -207,8 +208,6 @@ def ours_worker(spec_path: str) -> None:
   g.updates_per_batch, g.rollout_is, g.filter_groups, g.overlong_buffer = 1, "none", False, 0
   g.micro_batch_size, g.remat = 0, False  # One pass over the whole batch, as TRL's.
   c.checkpoint.every, c.log.tensorboard = s["steps"], False
-  from rlsvr import runtime  # noqa: PLC0415
-
   runtime.set_host_devices()  # As `rlsvr.train.main` does.
   t0 = time.time()
   train.train(c, s["workdir"])
@@ -283,6 +282,8 @@ def run_seed(args, seed: int, rows: list[dict], chat: bool, model_dir: str) -> d
   shutil.rmtree(workdir, ignore_errors=True)  # A fresh run, never a resume.
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
          "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+  # Both sides run with the malloc settings that `rlsvr.train` gives itself.
+  env = runtime.huge_pages_env(env) or env
   specs = {"ours": dict(common, data=paths["data"], data_order=paths["order"], workdir=workdir,
                         out=paths["ours"]),
            "trl": dict(common, data=paths["order"], out=paths["trl"])}

@@ -50,9 +50,12 @@ _ARGS.add_argument("--skip-smollm", action="store_true")
 _ARGS.add_argument("--group", action="store_true",
                    help="also GRPO-style group sampling (shared-prompt prefill)")
 FLAGS = _ARGS.parse_args()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from rlsvr import runtime  # noqa: E402
+
+runtime.exec_with_huge_pages()  # As `rlsvr.train` runs; both sides share this process.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + f" --xla_force_host_platform_device_count={FLAGS.devices}")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -57,6 +57,7 @@ FLAGS = _ARGS.parse_args()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from rlsvr import runtime  # noqa: E402
 
+runtime.exec_with_huge_pages()  # As `rlsvr.train` runs; both sides share this process.
 runtime.set_host_devices(FLAGS.devices)  # Before JAX starts; only the CPU backend reads it.
 
 import jax  # noqa: E402

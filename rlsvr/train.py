@@ -204,10 +204,11 @@ def train(c, workdir: str) -> dict[str, Any]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
-  c = FLAGS.config
   from rlsvr import runtime  # noqa: PLC0415
 
+  runtime.exec_with_huge_pages()  # A restart, so before anything else.
+  logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
+  c = FLAGS.config
   # Before JAX starts: one CPU device per core, which large sampler calls split over
   # (`rlsvr.parallel.host_split_mesh`); the update keeps the config's mesh.
   runtime.set_host_devices()

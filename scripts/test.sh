@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export JAX_PLATFORMS=cpu
+# malloc on 2 MiB pages, as `rlsvr.train` restarts itself with (`rlsvr.runtime.exec_with_huge_pages`):
+# XLA:CPU's per-run buffers then fault in far fewer pages.
+export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
 # Two workers (pytest-xdist), one per core of the CI machine: the suite is mostly XLA
 # compiles, which keep one core busy each (measured: 11.3 min against ~15 serial).
 .venv/bin/python -m pytest -q -n "${RLSVR_TEST_WORKERS:-2}" --durations=15 "$@"

@@ -14,7 +14,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _python(code: str, **env) -> dict:
   base = {k: v for k, v in os.environ.items()
-          if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR", "RLSVR_COMPILATION_CACHE")}
+          if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR", "RLSVR_COMPILATION_CACHE",
+                       "GLIBC_TUNABLES", "RLSVR_HUGE_PAGES")}
   out = subprocess.run([sys.executable, "-c", code], cwd=REPO, text=True, capture_output=True,
                        env={**base, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu", **env},
                        timeout=120)
@@ -84,3 +85,65 @@ def test_the_cache_can_be_turned_off_or_pointed_elsewhere(tmp_path, env, expecte
   assert got["folder"] == (expected.format(tmp=tmp_path) if expected else None)
   assert not os.path.exists(tmp_path / "default" / "jax-compilation")
 
+
+
+HUGE_PAGES = """
+import ctypes, json, os, resource, sys
+from rlsvr import runtime
+with open(sys.argv[1], "a") as f:
+  f.write(f"{os.getpid()}\\n")  # One line per start of this process.
+runtime.exec_with_huge_pages()
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+# Plain malloc, as XLA's buffers are (numpy asks the kernel for huge pages by itself).
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+ctypes.memset(libc.malloc(2**28), 1, 2**28)  # 256 MiB, each page touched once.
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+with open(sys.argv[1]) as f:
+  starts = f.read().split()
+print(json.dumps({"starts": starts, "pid": os.getpid(), "faults": faults,
+                  "tunables": os.environ.get("GLIBC_TUNABLES")}))
+"""
+
+
+def _huge_pages_run(tmp_path, **env) -> dict:
+  log = tmp_path / f"starts{len(list(tmp_path.iterdir()))}"
+  out = subprocess.run([sys.executable, "-c", HUGE_PAGES, str(log)], cwd=REPO, text=True,
+                       capture_output=True, timeout=120,
+                       env={**{k: v for k, v in os.environ.items()
+                               if k not in ("GLIBC_TUNABLES", "RLSVR_HUGE_PAGES")},
+                            "PYTHONPATH": REPO, **env})
+  assert out.returncode == 0, out.stderr[-3000:]
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables are Linux's")
+def test_the_process_restarts_once_with_malloc_on_huge_pages(tmp_path):
+  got = _huge_pages_run(tmp_path)
+  # Restarted in place: the same pid twice, then never again (the tunable is set).
+  assert got["starts"] == [str(got["pid"])] * 2
+  assert got["tunables"] == "glibc.malloc.hugetlb=1"
+  kept = _huge_pages_run(tmp_path, GLIBC_TUNABLES="glibc.malloc.arena_max=2")
+  assert kept["tunables"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+  for env in ({"RLSVR_HUGE_PAGES": "0"}, {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}):
+    got = _huge_pages_run(tmp_path, **env)
+    assert len(got["starts"]) == 1 and got["tunables"] == env.get("GLIBC_TUNABLES"), env
+
+
+def _transparent_huge_pages() -> str:
+  try:
+    with open("/sys/kernel/mm/transparent_hugepage/enabled", encoding="utf-8") as f:
+      return f.read()
+  except OSError:
+    return ""
+
+
+@pytest.mark.skipif("[never]" in _transparent_huge_pages() or not _transparent_huge_pages(),
+                    reason="this kernel offers no transparent huge pages")
+def test_malloc_on_huge_pages_faults_far_fewer_pages(tmp_path):
+  pages = 2**28 // 4096  # The 256 MiB buffer in 4 KiB pages.
+  huge = _huge_pages_run(tmp_path)["faults"]
+  assert huge < pages / 16, huge
+  if "[madvise]" in _transparent_huge_pages():  # Then malloc's own pages are small without it.
+    small = _huge_pages_run(tmp_path, RLSVR_HUGE_PAGES="0")["faults"]
+    assert small > pages / 2, small
