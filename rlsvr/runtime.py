@@ -74,7 +74,7 @@ def exec_with_huge_pages() -> None:
 
   XLA:CPU allocates a program's large buffers afresh on every run, and glibc maps each
   from the kernel, so every step faults in each 4 KiB page again: about a million page
-  faults per SmolLM2 update step. On 2 MiB pages the same update took 0.82x the time
+  faults per SmolLM2 update step. On 2 MiB pages the same update took 0.84x the time
   (bench/train_step.py, interleaved in one process). Harmless where the kernel offers no
   huge pages or the C library is not glibc (the variable is then ignored).
   """
