@@ -43,6 +43,10 @@ class Outcome:
 _DIED = ("error", None, "worker died")
 
 
+def _timed_out(timeout: float) -> tuple[str, None, str]:
+  return ("timeout", None, f"no result within {timeout:g} s")
+
+
 def _serve(conn: multiprocessing.connection.Connection, memory_bytes: int) -> None:
   """Worker loop (in a forked child): say ready, run (fn, args) tasks until EOF."""
   import resource  # pylint: disable=g-import-not-at-top
@@ -52,13 +56,18 @@ def _serve(conn: multiprocessing.connection.Connection, memory_bytes: int) -> No
   conn.send(f"ready {os.getpid()}")
   while True:
     try:
-      fn, args = conn.recv()
+      fn, args, timeout = conn.recv()
     except (EOFError, OSError):
       return
+    start = time.monotonic()
     try:
       reply = ("ok", fn(*args), "")
     except BaseException as e:  # noqa: BLE001  -- any failure of untrusted work is a result
       reply = ("error", None, f"{type(e).__name__}: {e}"[:500])
+    # A task that ran past its limit is a timeout even when the parent, slowed by load,
+    # reads its result before noticing the deadline: the outcome must not hang on that race.
+    if time.monotonic() - start > timeout:
+      reply = _timed_out(timeout)
     try:
       conn.send(reply)
     except Exception as e:  # noqa: BLE001  -- e.g. an unpicklable result
@@ -167,7 +176,7 @@ class WorkerPool:
         for slot, worker in enumerate(self._workers):
           if worker.ready and slot not in busy and pending:
             index, args = pending.popleft()
-            worker.conn.send((fn, tuple(args)))
+            worker.conn.send((fn, tuple(args), timeout))
             busy[slot] = (index, time.monotonic() + timeout)
         listen = {w.conn: slot for slot, w in enumerate(self._workers)
                   if slot in busy or (pending and not w.ready)}
@@ -178,7 +187,7 @@ class WorkerPool:
         now = time.monotonic()
         for slot, (index, deadline) in list(busy.items()):
           if now >= deadline:
-            results[index] = Outcome("timeout", error=f"no result within {timeout:g} s")
+            results[index] = Outcome(*_timed_out(timeout))
             del busy[slot]
             self._replace(slot)
       return results  # type: ignore[return-value]

@@ -73,3 +73,21 @@ def test_latency_per_task(pool):
 
 def test_default_pool_is_shared():
   assert default_pool() is default_pool()
+
+
+def test_a_task_past_its_limit_times_out_even_when_the_parent_reads_late(pool, monkeypatch):
+  # Under load the parent can be descheduled between sending a task and waiting for it;
+  # the result is then waiting when it looks, though the task ran past its limit.
+  import multiprocessing.connection
+  from rlsvr.envs.self_judge import workers
+
+  real_wait = multiprocessing.connection.wait
+
+  def late_wait(conns, timeout=None):
+    time.sleep(0.3)  # The parent is late: the 0.1 s task has finished by now.
+    return real_wait(conns, timeout)
+
+  monkeypatch.setattr(workers.multiprocessing.connection, "wait", late_wait)
+  outcome = pool.run(time.sleep, 0.1, timeout=0.02)
+  assert outcome.status == "timeout", outcome
+  assert pool.run(abs, -3, timeout=5.0).value == 3  # Within its limit: a result as before.
