@@ -21,7 +21,8 @@ weights, one AdamW update per batch at a constant lr (betas 0.9/0.999, eps 1e-8,
 decay --weight-decay), global-norm clip, PPO clip eps, no KL, token-level loss (TRL
 loss_type="dapo" = ours grpo.loss_type="dapo"), group-std advantages. Each side runs in
 its own process, one after the other: ours with this venv's python (JAX_PLATFORMS=cpu,
-HF_HUB_OFFLINE=1), TRL with --trl-python running bench/trl_side.py.
+HF_HUB_OFFLINE=1), TRL with --trl-python running bench/trl_side.py. Both run with malloc on
+huge pages, as `rlsvr.train` does (`rlsvr.runtime.huge_pages_env`; RLSVR_HUGE_PAGES=0: neither).
 
 Prompt order: our `reward_fn` env draws rows from a seeded, reshuffled-every-pass stream
 (`rlsvr.envs.items.ItemStream`, seed `derive(seed, "items")`) and has no key to turn that
