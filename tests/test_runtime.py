@@ -12,11 +12,12 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _python(code: str, **env) -> dict:
+def _python(code: str, *argv: str, **env) -> dict:
   base = {k: v for k, v in os.environ.items()
           if k not in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR", "RLSVR_COMPILATION_CACHE",
                        "GLIBC_TUNABLES", "RLSVR_HUGE_PAGES")}
-  out = subprocess.run([sys.executable, "-c", code], cwd=REPO, text=True, capture_output=True,
+  out = subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO, text=True,
+                       capture_output=True,
                        env={**base, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu", **env},
                        timeout=120)
   assert out.returncode == 0, out.stderr[-3000:]
@@ -86,7 +87,6 @@ def test_the_cache_can_be_turned_off_or_pointed_elsewhere(tmp_path, env, expecte
   assert not os.path.exists(tmp_path / "default" / "jax-compilation")
 
 
-
 HUGE_PAGES = """
 import ctypes, json, os, resource, sys
 from rlsvr import runtime
@@ -107,14 +107,7 @@ print(json.dumps({"starts": starts, "pid": os.getpid(), "faults": faults,
 
 
 def _huge_pages_run(tmp_path, **env) -> dict:
-  log = tmp_path / f"starts{len(list(tmp_path.iterdir()))}"
-  out = subprocess.run([sys.executable, "-c", HUGE_PAGES, str(log)], cwd=REPO, text=True,
-                       capture_output=True, timeout=120,
-                       env={**{k: v for k, v in os.environ.items()
-                               if k not in ("GLIBC_TUNABLES", "RLSVR_HUGE_PAGES")},
-                            "PYTHONPATH": REPO, **env})
-  assert out.returncode == 0, out.stderr[-3000:]
-  return json.loads(out.stdout.strip().splitlines()[-1])
+  return _python(HUGE_PAGES, str(tmp_path / f"starts{len(list(tmp_path.iterdir()))}"), **env)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables are Linux's")
