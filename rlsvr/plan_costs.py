@@ -130,10 +130,11 @@ def sample_phase(name, rows, prompt, new, m: ModelConfig, pb: int, nb: int, t: i
   prefix, kv = per_slot * ud * p, per_slot * (ud * p + bd * n)
   prefill = ud * p * (lin * pb + 2 * m.hidden_size * 4) + ud * heads * min(block, p) * p * (8 + pb)
   layers = (m.num_params() - m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2))
+  head = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size  # Transposed untied head.
   gather = [Component(phase, "FSDP-gathered embedding + one layer", gathered * pb, "whole", True)]
   return [Component(phase, f"KV cache 2 x L{m.num_layers} x K x Dh x (U x P + B x N)", kv, how),
           Component(phase, "max(prefill layer, prefix split per layer)",
                     max(prefill, prefix), how, estimate=True),
-          Component(phase, "layer weights unstacked for the decode loop",
-                    layers * pb // max(nb * t, 1), "as the params", estimate=True),
+          Component(phase, "weights laid out for the decode loop (layers, untied head)",
+                    (layers + head) * pb // max(nb * t, 1), "as the params", estimate=True),
           ] + (gather if gathered else [])

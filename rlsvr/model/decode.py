@@ -2,9 +2,9 @@
 
   from_stacked(prefill_cache, new_len, batch) -> KVCache  # after a `qwen3.forward` prefill
   init_cache(config, batch, new_len) -> KVCache            # no prompt (tests)
-  unstack_layers(params) -> layers                          # once, outside the decode loop
+  decode_weights(config, params) -> DecodeWeights           # once, outside the decode loop
   decode_step(config, params, tokens_Bx1, positions_Bx1, prefix_mask_UxP, cache, step,
-              layers=None) -> (hidden_Bx1xD, cache)
+              weights=None) -> (logits_VxB, cache)
 
 The layer math is `qwen3.layer`'s, as in `qwen3.forward` with T == 1; this module
 lays it out for decode loops, where a step is dominated by moving weights and
@@ -21,7 +21,7 @@ cache around:
 - The layers are unrolled in Python over per-layer weights instead of scanned
   over stacked [L, ...] arrays. Inside a loop, XLA:CPU materialises every
   layer slice of a stacked array as a copy before its matmul (a profile of
-  SmolLM2-135M at batch 8 had those copies at 40% of a step). `unstack_layers`
+  SmolLM2-135M at batch 8 had those copies at 40% of a step). `decode_weights`
   pays that copy once per decode call: the loop then reads the weights in place.
 - The step is feature-major: activations are [features, B] and weights [out, in],
   so each matmul is W @ x with the many output features as its rows, not x @ W
@@ -29,9 +29,13 @@ cache around:
   in a loop of SmolLM2-135M MLPs at batch 8 this layout took 0.57x the time
   (tiny Qwen3 at batch 32: 0.68x). Whole sampler calls against the batch-major
   step: 18% faster at SmolLM2 batch 8, 3% at tiny Qwen3 batch 8, even at batch
-  32, 8% slower at batch 128, where both layouts have rows enough. `unstack_layers`
+  32, 8% slower at batch 128, where both layouts have rows enough. `decode_weights`
   transposes while it copies. Attention and the cache stay batch-major; only
-  q, k, v and the attention output, small arrays, change layout.
+  q, k, v and the attention output, small arrays, change layout. The step ends
+  feature-major too: logits [vocab, batch] from head [V, D] @ hidden [D, B], and
+  the sampler samples them in that layout (`strategies.sample_vocab_first`).
+  Against batch-major logits, whole greedy sampler calls of the tiny Qwen3 took
+  0.85x the time at batch 32 and 0.90x at batch 128 (fewer, cheaper ops per step).
 - The generated slots are a separate array per layer and per chunk: each layer
   writes its new slot in place in its own (donated, loop-carried) buffer and
   reads the cache without a copy (a stacked cache is sliced, i.e. copied, per layer).
@@ -54,7 +58,6 @@ from rlsvr.model import params as params_lib
 from rlsvr.model import qwen3
 from rlsvr.model.config import ModelConfig
 
-Layers = tuple[dict[str, Any], ...]
 _MAX_CHUNKS = 4  # More chunks skip more empty slots but add per-chunk ops to every layer.
 _MIN_CHUNK = 32
 _NEG = jnp.finfo(jnp.float32).min
@@ -115,11 +118,18 @@ def from_stacked(prefill: qwen3.KVCache, new_len: int, batch: int) -> KVCache:
                  *_new_slots(layers, batch, kv_heads, head_dim, new_len, k_all.dtype))
 
 
-def unstack_layers(params: qwen3.Params) -> Layers:
+class DecodeWeights(NamedTuple):
+  """The weights `decode_step` reads, laid out for it (`decode_weights`)."""
+
+  layers: tuple[dict[str, Any], ...]  # Per layer, features first (see `decode_weights`).
+  head_VxD: jax.Array  # The unembedding, [vocab, hidden]: the tied embedding itself.
+
+
+def decode_weights(config: ModelConfig, params: qwen3.Params) -> DecodeWeights:
   """Each layer's weights as separate arrays laid out for `decode_step` (a copy, once
   per decode call, outside its loop), in `qwen3.layer`'s features-first layout:
   matrices out-major ([out..., in...]), norm scales and biases with a trailing axis
-  of 1 that broadcasts over the batch.
+  of 1 that broadcasts over the batch; and the unembedding as [vocab, hidden].
   """
   def relayout(path, w):
     n_in = params_lib.BY_PATH["layers/" + path].n_in
@@ -128,9 +138,10 @@ def unstack_layers(params: qwen3.Params) -> Layers:
     return jnp.moveaxis(w, tuple(range(1, 1 + n_in)), tuple(range(w.ndim - n_in, w.ndim)))
 
   flat = {path: relayout(path, w) for path, w in params_lib.flatten(params["layers"]).items()}
-  num_layers = len(flat["input_norm/scale"])
-  return tuple(params_lib.unflatten({path: w[i] for path, w in flat.items()})
-               for i in range(num_layers))
+  layers = tuple(params_lib.unflatten({path: w[i] for path, w in flat.items()})
+                 for i in range(config.num_layers))
+  head_VxD = params["embed"] if config.tie_word_embeddings else params["lm_head"].T
+  return DecodeWeights(layers, head_VxD)
 
 
 def _write(chunk, new, start: int, axis: int, step):
@@ -218,25 +229,28 @@ def _attention(q_HxDhxB, k_KxDhxB, v_KxDhxB, prefix, prefix_mask_UxP, ks, vs, st
 
 
 def decode_step(config: ModelConfig, params: qwen3.Params, tokens_Bx1, positions_Bx1,
-                prefix_mask_UxP, cache: KVCache, step, layers: Layers | None = None):
-  """One token per row into generated slot `step` (0-based); returns (hidden_Bx1xD, cache).
+                prefix_mask_UxP, cache: KVCache, step, weights: DecodeWeights | None = None):
+  """One token per row into generated slot `step` (0-based); returns (logits_VxB, cache),
+  the float32 next-token logits laid out [vocab, batch].
 
   Row b attends to its prompt prefix (b // R) where `prefix_mask_UxP` is true
   (false on left padding; ignored without a prefix) and to its generated slots
-  0..step. In a loop, pass `layers=unstack_layers(params)` computed before the
-  loop; `params["layers"]` is then not read.
+  0..step. In a loop, pass `weights=decode_weights(config, params)` computed before
+  the loop; `params["layers"]` and the LM head are then not read.
   """
-  layers = unstack_layers(params) if layers is None else layers
+  weights = decode_weights(config, params) if weights is None else weights
   x_DxB = jnp.take(params["embed"], tokens_Bx1[:, 0], axis=0).T
   sin_Bx1xDh, cos_Bx1xDh = qwen3.rope_tables(config, positions_Bx1)
   sin_DhxB, cos_DhxB = sin_Bx1xDh[:, 0].T, cos_Bx1xDh[:, 0].T
   ks, vs = list(cache.k_BxKxDhxC), list(cache.v_BxKxCxDh)
-  prefixes = list(zip(cache.prefix_k_UxKxDhxP, cache.prefix_v_UxKxPxDh)) or [()] * len(layers)
-  for i, w in enumerate(layers):
+  prefixes = (list(zip(cache.prefix_k_UxKxDhxP, cache.prefix_v_UxKxPxDh))
+              or [()] * config.num_layers)
+  for i, w in enumerate(weights.layers):
     attend = functools.partial(_attention, prefix=prefixes[i],
                                prefix_mask_UxP=prefix_mask_UxP, ks=ks[i], vs=vs[i], step=step)
     x_DxB, (ks[i], vs[i]) = qwen3.layer(config, w, x_DxB, sin_DhxB, cos_DhxB, attend,
                                         features_last=False)
-  hidden_Bx1xD = qwen3.rms_norm(x_DxB.T[:, None, :], params["final_norm"]["scale"],
-                                config.rms_norm_eps)
-  return hidden_Bx1xD, cache._replace(k_BxKxDhxC=tuple(ks), v_BxKxCxDh=tuple(vs))
+  hidden_DxB = qwen3.rms_norm(x_DxB, params["final_norm"]["scale"][:, None],
+                               config.rms_norm_eps, axis=0)
+  logits_VxB = jnp.dot(weights.head_VxD, hidden_DxB, preferred_element_type=jnp.float32)
+  return logits_VxB, cache._replace(k_BxKxDhxC=tuple(ks), v_BxKxCxDh=tuple(vs))

@@ -114,7 +114,7 @@ def layer(config: ModelConfig, w: Params, x, sin, cos, attend: Callable, *,
 
     features_last  x_BxTxD, q_BxTxHxDh; weights as stored, [in..., out...]
     features first x_DxB, q_HxDhxB; matrices out-major, [out..., in...], and vectors
-                   with a trailing batch axis of 1 (`decode.unstack_layers`)
+                   with a trailing batch axis of 1 (`decode.decode_weights`)
 
   `sin`/`cos` broadcast against q and k along their head_dim axis. `attend(q, k, v)
   -> (out like q, carry)` attends over whatever cache the caller keeps.

@@ -1,8 +1,8 @@
 """Jitted KV-cache generation: one compiled prefill, one compiled decode loop.
 
-  prefill(params, tokens_UxP, pads_U, done_B)          -> DecodeState (cache inside)
-  unstack_layers(params)                               -> layers (per-layer weights)
-  decode(params, layers, state, stop_at, max_new, ...) -> DecodeState   # state donated
+  prefill(params, tokens_UxP, pads_U, done_B)           -> DecodeState (cache inside)
+  decode_weights(params)                                -> weights laid out for decode
+  decode(params, weights, state, stop_at, max_new, ...) -> DecodeState   # state donated
 
 When every distinct prompt of a call repeats R times (the samples of a GRPO
 group, the detectors of a game), prefill runs once per distinct prompt (U of
@@ -57,7 +57,7 @@ class DecodeState(NamedTuple):
   """Everything the decode loop carries; row b continues prompt b // R (R = B / U)."""
 
   cache: decode_lib.KVCache
-  logits_BxV: jax.Array  # Next-token logits (from the last fed token).
+  logits_VxB: jax.Array  # Next-token logits (from the last fed token), vocab first.
   tokens_BxN: jax.Array
   logprobs_BxN: jax.Array
   lengths_B: jax.Array  # Tokens generated per row (EOS included).
@@ -121,7 +121,7 @@ def _prefill(params, tokens_UxP, pads_U, done_B, node_B, *, config: ModelConfig,
   logits_UxV = qwen3.unembed(config, params, hidden_UxPxD[:, -1:])[:, 0]
   return DecodeState(
       cache=cache,
-      logits_BxV=jnp.repeat(logits_UxV, b // u, axis=0),
+      logits_VxB=jnp.repeat(logits_UxV, b // u, axis=0).T,
       tokens_BxN=jnp.zeros((b, new_len), jnp.int32),
       logprobs_BxN=jnp.zeros((b, new_len), jnp.float32),
       lengths_B=jnp.zeros((b,), jnp.int32),
@@ -132,20 +132,21 @@ def _prefill(params, tokens_UxP, pads_U, done_B, node_B, *, config: ModelConfig,
   )
 
 
-# The decode step's copy of the layer weights (`decode.unstack_layers`), once per sampler
+# The decode step's copy of the weights (`decode.decode_weights`), once per sampler
 # call: inside `_decode` it was redone for every chunk of a call with stop strings
 # (SmolLM2 at batch 8, 16-token chunks: calls 13% slower) and for every slice.
-_unstack_layers = jax.jit(decode_lib.unstack_layers)
+_decode_weights = jax.jit(decode_lib.decode_weights, static_argnums=0)
 
 
 @functools.partial(jax.jit, static_argnames=("config",), donate_argnames=("state",))
-def _decode(params, layers: decode_lib.Layers, state: DecodeState, stop_at, max_new,
+def _decode(params, weights: decode_lib.DecodeWeights, state: DecodeState, stop_at, max_new,
             sampling: strategies.SamplingParams, eos_E, choice: choices_lib.ChoiceTable, key, *,
             config: ModelConfig) -> DecodeState:
   p = state.cache.prefix_k_UxKxDhxP[0].shape[-1]
   b, u = state.done_B.shape[0], state.pads_U.shape[0]
   prefix_mask_UxP = jnp.arange(p)[None, :] >= state.pads_U[:, None]
   prompt_len_B = jnp.repeat(p - state.pads_U, b // u)
+  next_VxS = choice.next_SxV.T  # Once per call: the loop masks vocab-first logits.
 
   def cond(st: DecodeState):
     return (st.step < stop_at) & ~jnp.all(st.done_B)
@@ -155,21 +156,23 @@ def _decode(params, layers: decode_lib.Layers, state: DecodeState, stop_at, max_
     active_B = ~st.done_B
     # Done rows stay unmasked: a completed choice's node allows no token at all.
     constrained_B = (st.node_B != choices_lib.FREE) & active_B
-    next_BxV = choice.next_SxV[jnp.maximum(st.node_B, 0)]
-    logits_BxV = jnp.where(constrained_B[:, None] & (next_BxV == choices_lib.FREE), -jnp.inf,
-                           st.logits_BxV)
-    tok_B, lp_B = strategies.sample(jax.random.fold_in(key, i), logits_BxV, sampling)
-    node_B = jnp.where(constrained_B, jnp.take_along_axis(next_BxV, tok_B[:, None], -1)[:, 0],
-                       choices_lib.FREE)
+    at_B = jnp.maximum(st.node_B, 0)
+    # Skipped when no row is in a choice (most calls): the [V, B] gather is not free.
+    logits_VxB = jax.lax.cond(
+        jnp.any(constrained_B),
+        lambda x: jnp.where(constrained_B & (next_VxS[:, at_B] == choices_lib.FREE), -jnp.inf, x),
+        lambda x: x, st.logits_VxB)
+    tok_B, lp_B = strategies.sample_vocab_first(jax.random.fold_in(key, i), logits_VxB, sampling)
+    node_B = jnp.where(constrained_B, choice.next_SxV[at_B, tok_B], choices_lib.FREE)
     chosen_B = constrained_B & choice.final_S[jnp.maximum(node_B, 0)]
     done_B = (st.done_B | jnp.any(tok_B[:, None] == eos_E[None, :], axis=-1) | chosen_B
               | (i + 1 >= max_new))
-    hidden_Bx1xD, cache = decode_lib.decode_step(config, params, tok_B[:, None],
-                                                 (prompt_len_B + i)[:, None], prefix_mask_UxP,
-                                                 st.cache, i, layers)
+    logits_VxB, cache = decode_lib.decode_step(config, params, tok_B[:, None],
+                                               (prompt_len_B + i)[:, None], prefix_mask_UxP,
+                                               st.cache, i, weights)
     return DecodeState(
         cache=cache,
-        logits_BxV=qwen3.unembed(config, params, hidden_Bx1xD)[:, 0],
+        logits_VxB=logits_VxB,
         tokens_BxN=jax.lax.dynamic_update_slice(st.tokens_BxN, tok_B[:, None], (0, i)),
         logprobs_BxN=jax.lax.dynamic_update_slice(st.logprobs_BxN, lp_B[:, None], (0, i)),
         lengths_B=jnp.where(active_B, i + 1, st.lengths_B),
@@ -183,8 +186,8 @@ def _decode(params, layers: decode_lib.Layers, state: DecodeState, stop_at, max_
 
 
 def compile_count() -> int:
-  """Compiled (prefill, weight unstacking, decode) variants in this process, all samplers."""
-  return _prefill._cache_size() + _unstack_layers._cache_size() + _decode._cache_size()
+  """Compiled (prefill, weight layout, decode) variants in this process, all samplers."""
+  return _prefill._cache_size() + _decode_weights._cache_size() + _decode._cache_size()
 
 
 class Sampler:
@@ -281,11 +284,11 @@ class Sampler:
     if host_mesh:
       params = parallel.replicate(params, host_mesh)
     rows = self._slice_rows(params, prompts, max_new_tokens)
-    layers = _unstack_layers(params)
+    weights = _decode_weights(self.config, params)
     if len(prompts) <= rows:
-      return self._generate(params, layers, prompts, key, *args)
+      return self._generate(params, weights, prompts, key, *args)
     return [c for i, start in enumerate(range(0, len(prompts), rows))
-            for c in self._generate(params, layers, prompts[start:start + rows],
+            for c in self._generate(params, weights, prompts[start:start + rows],
                                     jax.random.fold_in(key, i), *args)]
 
   def _slice_rows(self, params, prompts, max_new_tokens: int) -> int:
@@ -300,7 +303,7 @@ class Sampler:
                       share=self.share_prompts, buckets=self.buckets,
                       rows_per_device=functools.partial(_rows_per_device, _mesh(params)))
 
-  def _generate(self, params, layers, prompts, key, max_new_tokens, sampling, eos_ids,
+  def _generate(self, params, weights, prompts, key, max_new_tokens, sampling, eos_ids,
                 stops: StopStrings, choice: choices_lib.ChoiceTable):
     n = len(prompts)
     p = Buckets.pick(max(len(x) for x in prompts), self.buckets.prompt, "prompt length")
@@ -334,7 +337,7 @@ class Sampler:
     stopped = {}  # row -> kept length, for rows cut at a stop string
     checked = np.zeros(n, np.int64)
     while True:
-      state = _decode(params, layers, state, jnp.minimum(state.step + chunk, max_new_tokens),
+      state = _decode(params, weights, state, jnp.minimum(state.step + chunk, max_new_tokens),
                       jnp.int32(max_new_tokens), sampling, eos_E, choice, key,
                       config=self.config)
       step, done_B = int(state.step), np.array(parallel.to_host(state.done_B))

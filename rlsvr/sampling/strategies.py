@@ -31,6 +31,11 @@ Drawing the token: jax.random.categorical (Gumbel-max) needs a random number per
 vocabulary entry and measured 15 ms at 128x4096; an inverse-CDF draw over
 128-token blocks (block sums, pick a block, then a token inside it) needs one
 uniform per row and measured 1.1 ms.
+
+Layout: the math runs on logits laid out [vocab, batch] (`sample_vocab_first`), the
+layout in which the decode loop's unembedding is one matrix-times-activations
+matmul; reductions then run over the leading axis, vectorised across the batch.
+`sample` and `log_probs` take the usual [batch, vocab].
 """
 from __future__ import annotations
 
@@ -61,98 +66,107 @@ class SamplingParams(NamedTuple):
     return cls(jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k))
 
 
-def _bisect_threshold(bits_BxV, lo_B, satisfied):
-  """Largest int threshold t >= lo with `satisfied(bits >= t)`, per row.
+def _bisect_threshold(bits_VxB, lo_B, satisfied):
+  """Largest int threshold t >= lo with `satisfied(bits >= t)`, per column.
 
-  `satisfied(mask_BxV) -> bool_B` must be monotone (true for every t below the
+  `satisfied(mask_VxB) -> bool_B` must be monotone (true for every t below the
   answer) and true at `lo_B`.
   """
-  hi_B = jnp.max(bits_BxV, axis=-1)
+  hi_B = jnp.max(bits_VxB, axis=0)
 
   def body(_, carry):
     lo, hi = carry
     mid = lo + (hi - lo + 1) // 2
-    ok = satisfied(bits_BxV >= mid[:, None])
+    ok = satisfied(bits_VxB >= mid)
     return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid - 1)
 
   lo_B, _ = jax.lax.fori_loop(0, _BISECT_STEPS, body, (lo_B, jnp.maximum(hi_B, lo_B)))
   return lo_B
 
 
-def truncation_mask(probs_BxV, top_p, top_k):
+def truncation_mask(probs_VxB, top_p, top_k):
   """Boolean mask of the tokens that top-k then top-p keep (see the module doc)."""
-  bits_BxV = jax.lax.bitcast_convert_type(probs_BxV, jnp.int32)
-  zero_B = jnp.zeros(probs_BxV.shape[:1], jnp.int32)
-  vocab = probs_BxV.shape[-1]
+  bits_VxB = jax.lax.bitcast_convert_type(probs_VxB, jnp.int32)
+  vocab, batch = probs_VxB.shape
+  zero_B = jnp.zeros((batch,), jnp.int32)
 
   def top_k_threshold(_):
-    return _bisect_threshold(bits_BxV, zero_B,
-                             lambda keep: jnp.sum(keep, axis=-1, dtype=jnp.int32) >= top_k)
+    return _bisect_threshold(bits_VxB, zero_B,
+                             lambda keep: jnp.sum(keep, axis=0, dtype=jnp.int32) >= top_k)
 
   tk_B = jax.lax.cond((top_k > 0) & (top_k < vocab), top_k_threshold, lambda _: zero_B, None)
 
   def top_p_threshold(_):
-    kept_mass_B = jnp.sum(jnp.where(bits_BxV >= tk_B[:, None], probs_BxV, 0.0), axis=-1)
+    kept_mass_B = jnp.sum(jnp.where(bits_VxB >= tk_B, probs_VxB, 0.0), axis=0)
     target_B = top_p * kept_mass_B
     return _bisect_threshold(
-        bits_BxV, tk_B, lambda keep: jnp.sum(jnp.where(keep, probs_BxV, 0.0), -1) >= target_B)
+        bits_VxB, tk_B, lambda keep: jnp.sum(jnp.where(keep, probs_VxB, 0.0), 0) >= target_B)
 
   t_B = jax.lax.cond(top_p < 1.0, top_p_threshold, lambda _: tk_B, None)
-  return bits_BxV >= t_B[:, None]
+  return bits_VxB >= t_B
 
 
-def _draw(key, weights_BxV):
-  """One index per row with probability proportional to `weights_BxV` (>= 0).
+def _draw(key, weights_VxB):
+  """One index per column with probability proportional to `weights_VxB` (>= 0).
 
   Two-level inverse CDF: choose a block by its summed weight, then a token in it.
   Index i is drawn iff cdf[i-1] < u <= cdf[i] with u in (0, total], so a
   zero-weight token is never drawn.
   """
-  b, v = weights_BxV.shape
+  v, b = weights_VxB.shape
   padded = -(-v // _BLOCK) * _BLOCK
-  w_BxNxC = jnp.pad(weights_BxV, ((0, 0), (0, padded - v))).reshape(b, -1, _BLOCK)
-  cdf_BxN = jnp.cumsum(jnp.sum(w_BxNxC, axis=-1), axis=-1)
-  u_B = (1.0 - jax.random.uniform(key, (b,))) * cdf_BxN[:, -1]
-  block_B = jnp.minimum(jnp.sum(cdf_BxN < u_B[:, None], axis=-1), cdf_BxN.shape[1] - 1)
+  w_NxCxB = jnp.pad(weights_VxB, ((0, padded - v), (0, 0))).reshape(-1, _BLOCK, b)
+  cdf_NxB = jnp.cumsum(jnp.sum(w_NxCxB, axis=1), axis=0)
+  u_B = (1.0 - jax.random.uniform(key, (b,))) * cdf_NxB[-1]
+  block_B = jnp.minimum(jnp.sum(cdf_NxB < u_B, axis=0), cdf_NxB.shape[0] - 1)
   before_B = jnp.where(block_B > 0,
-                       jnp.take_along_axis(cdf_BxN, jnp.maximum(block_B - 1, 0)[:, None], -1)[:, 0],
+                       jnp.take_along_axis(cdf_NxB, jnp.maximum(block_B - 1, 0)[None], 0)[0],
                        0.0)
-  w_BxC = jnp.take_along_axis(w_BxNxC, block_B[:, None, None], axis=1)[:, 0]
-  cdf_BxC = before_B[:, None] + jnp.cumsum(w_BxC, axis=-1)
+  w_CxB = jnp.take_along_axis(w_NxCxB, block_B[None, None], axis=0)[0]
+  cdf_CxB = before_B + jnp.cumsum(w_CxB, axis=0)
   # Rounding can leave u a hair above the block's last cdf: take its last nonzero token.
-  inner_B = jnp.sum(cdf_BxC < u_B[:, None], axis=-1)
-  last_nonzero_B = _BLOCK - 1 - jnp.argmax((w_BxC > 0)[:, ::-1], axis=-1)
+  inner_B = jnp.sum(cdf_CxB < u_B, axis=0)
+  last_nonzero_B = _BLOCK - 1 - jnp.argmax((w_CxB > 0)[::-1], axis=0)
   inner_B = jnp.minimum(inner_B, last_nonzero_B)
   return block_B * _BLOCK + inner_B
 
 
-def _greedy(logits_BxV):
-  tokens_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
-  logprobs_B = (jnp.take_along_axis(logits_BxV, tokens_B[:, None], -1)[:, 0]
-                - jax.nn.logsumexp(logits_BxV, axis=-1))
-  return tokens_B, logprobs_B
+def _greedy(logits_VxB):
+  """(argmax, log_softmax at it): the first index of the max, found by a plain min-reduce
+  (XLA:CPU's argmax is a slower two-operand reduce); its logprob is -log(sum(exp(z - max)))."""
+  v = logits_VxB.shape[0]
+  max_B = jnp.max(logits_VxB, axis=0)
+  index_VxB = jax.lax.broadcasted_iota(jnp.int32, logits_VxB.shape, 0)
+  # A NaN row has no index equal to its max: it gets the last token, not one out of range.
+  tokens_B = jnp.min(jnp.where(logits_VxB == max_B, index_VxB, v - 1), axis=0)
+  return tokens_B, -jnp.log(jnp.sum(jnp.exp(logits_VxB - max_B), axis=0))
 
 
-def _truncated(logits_BxV, params: SamplingParams):
-  """(scaled logits minus their max, kept mask, log of the kept mass)."""
-  z_BxV = logits_BxV / params.temperature
-  z_BxV = z_BxV - jnp.max(z_BxV, axis=-1, keepdims=True)
-  probs_BxV = jax.nn.softmax(z_BxV, axis=-1)
-  keep_BxV = truncation_mask(probs_BxV, params.top_p, params.top_k)
-  weights_BxV = jnp.where(keep_BxV, jnp.exp(z_BxV), 0.0)
-  return z_BxV, weights_BxV, jnp.log(jnp.sum(weights_BxV, axis=-1))
+def _truncated(logits_VxB, params: SamplingParams):
+  """(scaled logits minus their max, kept weights, log of the kept mass)."""
+  z_VxB = logits_VxB / params.temperature
+  z_VxB = z_VxB - jnp.max(z_VxB, axis=0)
+  probs_VxB = jax.nn.softmax(z_VxB, axis=0)
+  keep_VxB = truncation_mask(probs_VxB, params.top_p, params.top_k)
+  weights_VxB = jnp.where(keep_VxB, jnp.exp(z_VxB), 0.0)
+  return z_VxB, weights_VxB, jnp.log(jnp.sum(weights_VxB, axis=0))
+
+
+def sample_vocab_first(key, logits_VxB, params: SamplingParams):
+  """`sample` on logits laid out [vocab, batch], as the decode loop keeps them."""
+  logits_VxB = logits_VxB.astype(jnp.float32)
+
+  def stochastic(_):
+    z_VxB, weights_VxB, log_mass_B = _truncated(logits_VxB, params)
+    tokens_B = _draw(key, weights_VxB).astype(jnp.int32)
+    return tokens_B, jnp.take_along_axis(z_VxB, tokens_B[None], 0)[0] - log_mass_B
+
+  return jax.lax.cond(params.temperature == 0, lambda _: _greedy(logits_VxB), stochastic, None)
 
 
 def sample(key, logits_BxV, params: SamplingParams):
   """(tokens_B int32, logprobs_B float32) drawn from the distribution the module doc defines."""
-  logits_BxV = logits_BxV.astype(jnp.float32)
-
-  def stochastic(_):
-    z_BxV, weights_BxV, log_mass_B = _truncated(logits_BxV, params)
-    tokens_B = _draw(key, weights_BxV).astype(jnp.int32)
-    return tokens_B, jnp.take_along_axis(z_BxV, tokens_B[:, None], -1)[:, 0] - log_mass_B
-
-  return jax.lax.cond(params.temperature == 0, lambda _: _greedy(logits_BxV), stochastic, None)
+  return sample_vocab_first(key, logits_BxV.T, params)
 
 
 def log_probs(logits_BxV, params: SamplingParams):
@@ -161,11 +175,12 @@ def log_probs(logits_BxV, params: SamplingParams):
   For greedy it is the model's log_softmax, matching the logprob `sample` reports.
   Used to score given tokens (tests, teacher forcing).
   """
-  logits_BxV = logits_BxV.astype(jnp.float32)
+  logits_VxB = logits_BxV.astype(jnp.float32).T
 
   def stochastic(_):
-    z_BxV, weights_BxV, log_mass_B = _truncated(logits_BxV, params)
-    return jnp.where(weights_BxV > 0, z_BxV - log_mass_B[:, None], -jnp.inf)
+    z_VxB, weights_VxB, log_mass_B = _truncated(logits_VxB, params)
+    return jnp.where(weights_VxB > 0, z_VxB - log_mass_B, -jnp.inf)
 
-  return jax.lax.cond(params.temperature == 0, lambda _: jax.nn.log_softmax(logits_BxV, -1),
-                      stochastic, None)
+  log_probs_VxB = jax.lax.cond(params.temperature == 0,
+                               lambda _: jax.nn.log_softmax(logits_VxB, 0), stochastic, None)
+  return log_probs_VxB.T

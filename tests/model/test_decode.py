@@ -28,16 +28,17 @@ def test_decode_step_equals_forward_one_token_at_a_time(tiny_qwen3, rows_per_pro
   assert cache.chunk_lens == (35, 35)
   _, ref_cache = fwd(config, params, tokens[:, :prompt_len], positions[:, :prompt_len], mask,
                      qwen3.init_cache(config, 2 * r, tokens.shape[1]), 0)
-  layers = decode.unstack_layers(params)
+  weights = decode.decode_weights(config, params)
   for i in range(new_len):
     t = prompt_len + i
     args = (tokens[:, t:t + 1], positions[:, t:t + 1])
     # Alternate the two ways of passing the weights: both must give the same step.
-    h, cache = step(config, params, *args, prompt_mask.astype(bool), cache, i,
-                    layers if i % 2 else None)
+    logits_VxB, cache = step(config, params, *args, prompt_mask.astype(bool), cache, i,
+                             weights if i % 2 else None)
     h_ref, ref_cache = fwd(config, params, *args, mask, ref_cache, t)
-    np.testing.assert_allclose(h, h_ref, atol=2e-5, rtol=0)
-  assert np.abs(np.asarray(h_ref)).max() > 0.1  # The comparison is not between near-zeros.
+    logits_ref = qwen3.unembed(config, params, h_ref)[:, 0]
+    np.testing.assert_allclose(logits_VxB.T, logits_ref, atol=5e-5, rtol=0)
+  assert np.abs(np.asarray(logits_ref)).max() > 0.1  # The comparison is not between near-zeros.
   for i in range(config.num_layers):
     np.testing.assert_allclose(np.concatenate(cache.k_BxKxDhxC[i], -1),
                                ref_cache.k_LxBxKxDhxS[i][..., prompt_len:], atol=1e-5)
@@ -68,10 +69,11 @@ def test_decode_step_handles_every_architecture(model_type, overrides):
   for i in range(new_len):
     t = prompt_len + i
     args = (tokens[:, t:t + 1], positions[:, t:t + 1])
-    h, cache = step(config, params, *args, mask[:, :prompt_len].astype(bool), cache, i)
+    logits_VxB, cache = step(config, params, *args, mask[:, :prompt_len].astype(bool), cache, i)
     h_ref, ref_cache = fwd(config, params, *args, mask, ref_cache, t)
-    np.testing.assert_allclose(h, h_ref, atol=2e-5, rtol=0)
-  assert np.abs(np.asarray(h_ref)).max() > 0.1
+    logits_ref = qwen3.unembed(config, params, h_ref)[:, 0]
+    np.testing.assert_allclose(logits_VxB.T, logits_ref, atol=5e-5, rtol=0)
+  assert np.abs(np.asarray(logits_ref)).max() > 0.1
 
 
 def test_from_stacked_keeps_one_prefix_per_prompt_and_empty_row_slots(tiny_qwen3):
@@ -103,13 +105,14 @@ def test_decode_loop_copies_no_weights_or_cache(tiny_qwen3):
   prompts, batch, new_len = 2, 4, 32
 
   def loop(params, cache):
-    layers = decode.unstack_layers(params)
+    weights = decode.decode_weights(config, params)
 
     def body(i, carry):
       tok_B, cache = carry
-      h, cache = decode.decode_step(config, params, tok_B[:, None], jnp.full((batch, 1), i),
-                                    jnp.ones((prompts, 16), bool), cache, i, layers)
-      return jnp.argmax(qwen3.unembed(config, params, h)[:, 0], -1).astype(jnp.int32), cache
+      logits_VxB, cache = decode.decode_step(config, params, tok_B[:, None],
+                                             jnp.full((batch, 1), i),
+                                             jnp.ones((prompts, 16), bool), cache, i, weights)
+      return jnp.argmax(logits_VxB, 0).astype(jnp.int32), cache
 
     return jax.lax.fori_loop(0, new_len, body, (jnp.zeros((batch,), jnp.int32), cache))
 

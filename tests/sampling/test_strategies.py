@@ -31,7 +31,7 @@ def reference_probs(logits_V, temperature, top_p, top_k):
 def test_truncation_mask_matches_sort_reference(top_p, top_k):
   logits = jax.random.normal(jax.random.key(top_k), (64, 1000)) * 2.5
   probs = jax.nn.softmax(logits, axis=-1)
-  mask = np.asarray(jax.jit(strategies.truncation_mask)(probs, top_p, top_k))
+  mask = np.asarray(jax.jit(strategies.truncation_mask)(probs.T, top_p, top_k)).T
   for row in range(64):
     ref = reference_probs(np.asarray(logits[row]), 1.0, top_p, top_k) > 0
     np.testing.assert_array_equal(mask[row], ref)
@@ -40,9 +40,10 @@ def test_truncation_mask_matches_sort_reference(top_p, top_k):
 
 def test_ties_at_the_boundary_are_all_kept():
   logits = jnp.log(jnp.array([[0.4, 0.2, 0.2, 0.1, 0.1]]))
-  assert np.asarray(strategies.truncation_mask(jax.nn.softmax(logits), 1.0, 2)).tolist() == [
+  probs_VxB = jax.nn.softmax(logits).T
+  assert np.asarray(strategies.truncation_mask(probs_VxB, 1.0, 2)).T.tolist() == [
       [True, True, True, False, False]]
-  assert np.asarray(strategies.truncation_mask(jax.nn.softmax(logits), 0.5, 0)).tolist() == [
+  assert np.asarray(strategies.truncation_mask(probs_VxB, 0.5, 0)).T.tolist() == [
       [True, True, True, False, False]]
 
 
