@@ -145,7 +145,7 @@ def host_split_mesh(params, rows: int) -> Mesh | None:
 def replicate(tree, mesh: Mesh):
   """Every array of `tree` whole on every device of `mesh`. The copy on an array's own
   device may be that array's buffer, so use the result only while `tree` lives (the
-  sampler does, within one call)."""
+  sampler keeps it only that long)."""
   return jax.device_put(tree, NamedSharding(mesh, P()))
 
 

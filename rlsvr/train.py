@@ -150,6 +150,7 @@ def train(c, workdir: str) -> dict[str, Any]:
 
     t0 = time.time()
     result = evaluate(sample, policy_params)
+    sampler.release_weights()
     log(f"held-out evaluation at step {step}: {c.heldout.size} episodes in "
         f"{time.time() - t0:.0f} s")
     if lead:
@@ -171,7 +172,10 @@ def train(c, workdir: str) -> dict[str, Any]:
       played = filtering.play_step(lambda r: exp.play(step, sample, policy_params, r),
                                    filter_groups=gcfg.filter_groups,
                                    max_rounds=gcfg.max_num_gen_batches)
-      del policy_params  # Before the update: with bf16 compute it is a copy of the weights.
+      # Before the update: with bf16 compute it is a copy of the weights, and the sampler
+      # keeps its own copy, laid out for decoding, for the step's later calls.
+      del policy_params
+      sampler.release_weights()
       t_play = time.time() - t0
       batch = batching.build_batch(played.rows, gcfg, pad_id=tokenizer.pad_token_id or 0,
                                    batch_multiple=rows_multiple,

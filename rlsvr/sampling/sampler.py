@@ -35,7 +35,8 @@ call on one-device weights splits its rows over the host devices (`split_on_host
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Sequence
+import weakref
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -185,6 +186,41 @@ def _decode(params, weights: decode_lib.DecodeWeights, state: DecodeState, stop_
   return jax.lax.while_loop(cond, body, state)
 
 
+class _LaidOut:
+  """The weights of the params last sampled from, as the decode loop reads them, kept
+  while those params live: every sampler call of a training step passes the same
+  arrays (a game's rounds, a held-out evaluation), and laying SmolLM2-135M out took
+  160 ms a call, against 1.4 s for a 16-token GRPO call of 16 rows.
+
+  Keyed by the identity of the params' arrays (immutable, so same arrays, same
+  weights), through weak references: once the params die the copy is dropped with
+  them. One entry per placement (the params' own devices, or a host-split mesh).
+  """
+
+  def __init__(self):
+    self._refs: tuple = ()
+    self._by_placement: dict[Any, tuple] = {}
+
+  def get(self, params, placement, lay_out: Callable[[], tuple]) -> tuple:
+    leaves = jax.tree.leaves(params)
+    if not (len(self._refs) == len(leaves)
+            and all(ref() is leaf for ref, leaf in zip(self._refs, leaves))):
+      self.clear()
+      self._refs = refs = tuple(weakref.ref(leaf) for leaf in leaves)
+      for leaf in leaves:  # Any leaf: a laid-out copy may hold another (a tied embedding).
+        weakref.finalize(leaf, self._clear_if, refs)
+    if placement not in self._by_placement:
+      self._by_placement[placement] = lay_out()
+    return self._by_placement[placement]
+
+  def _clear_if(self, refs):
+    if self._refs is refs:
+      self.clear()
+
+  def clear(self):
+    self._refs, self._by_placement = (), {}
+
+
 def compile_count() -> int:
   """Compiled (prefill, weight layout, decode) variants in this process, all samplers."""
   return _prefill._cache_size() + _decode_weights._cache_size() + _decode._cache_size()
@@ -197,6 +233,9 @@ class Sampler:
 
     sampler = Sampler(config, eos_ids=(tok.eos_token_id,), seed=0)
     completions = sampler(params, prompts, max_new_tokens=512, temperature=1.0)
+
+  Calls with the same params arrays reuse one copy of the weights laid out for the
+  decode loop, held until those params die or `release_weights()`.
   """
 
   def __init__(self, config: ModelConfig, *, eos_ids: Sequence[int] = (),
@@ -234,6 +273,12 @@ class Sampler:
     self.chunk_size = chunk_size
     self.cache_dtype = cache_dtype
     self._key = jax.random.key(seed)
+    self._laid_out = _LaidOut()
+
+  def release_weights(self):
+    """Drops the copy of the last params laid out for decoding (kept for the next call
+    with the same params; see `_LaidOut`), e.g. before an update needs the memory."""
+    self._laid_out.clear()
 
   def __call__(self, params, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
                temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
@@ -281,10 +326,15 @@ class Sampler:
           "rlsr.judge_max_new_tokens)")
     host_mesh = self.split_on_host and parallel.host_split_mesh(
         params, min(len(prompts), self.max_rows or len(prompts)))
-    if host_mesh:
-      params = parallel.replicate(params, host_mesh)
+
+    def lay_out():
+      # The host-split copy is kept only when it is one: the cache must not hold `params`.
+      placed = parallel.replicate(params, host_mesh) if host_mesh else None
+      return placed, _decode_weights(self.config, params if placed is None else placed)
+
+    placed, weights = self._laid_out.get(params, host_mesh or None, lay_out)
+    params = params if placed is None else placed
     rows = self._slice_rows(params, prompts, max_new_tokens)
-    weights = _decode_weights(self.config, params)
     if len(prompts) <= rows:
       return self._generate(params, weights, prompts, key, *args)
     return [c for i, start in enumerate(range(0, len(prompts), rows))

@@ -3,6 +3,9 @@
 Most tests share one shape bucket (batch 4, prompt 16, 64 new tokens) of one tiny
 model, so the file compiles a handful of programs.
 """
+import gc
+import weakref
+
 import jax
 import numpy as np
 import pytest
@@ -316,3 +319,45 @@ def test_a_large_call_on_one_cpu_device_splits_over_the_host_devices(tiny, monke
   np.testing.assert_allclose([c.logprobs for c in split], [c.logprobs for c in one], atol=1e-4)
   Sampler(config)(params, prompts[1:], max_new_tokens=8, temperature=0.0)
   assert copies == [2]
+
+
+def test_calls_with_the_same_params_lay_the_weights_out_once(tiny, prompts, greedy, monkeypatch):
+  """A training step's calls share one decode layout of its params (one per placement:
+  the params' device, a host split); new params get their own; the copy goes with
+  `release_weights` or with its params."""
+  from rlsvr import runtime
+
+  _, config, params = tiny
+  monkeypatch.setattr(runtime, "cpu_cores", lambda: 2)
+  laid_out = []  # A weak reference to one array of each layout made.
+  lay_out = sampler_lib._decode_weights
+
+  def recording(config, params):
+    weights = lay_out(config, params)
+    laid_out.append(weakref.ref(weights.layers[0]["mlp"]["up_proj"]))
+    return weights
+
+  monkeypatch.setattr(sampler_lib, "_decode_weights", recording)
+  params = jax.tree.map(lambda x: x + 0, params)  # Arrays that only this test holds.
+  sampler = Sampler(config)
+  for _ in range(2):
+    out = sampler(params, prompts, max_new_tokens=NEW, temperature=0.0)
+    assert [c.ids for c in out] == [c.ids for c in greedy]
+  assert len(laid_out) == 1
+  many = prompts * 11  # 33 rows: split over the host devices, a second placement.
+  assert parallel.HOST_SPLIT_MIN_ROWS <= len(many)
+  for _ in range(2):
+    out = sampler(params, many, max_new_tokens=NEW, temperature=0.0)
+    assert [c.ids for c in out] == [c.ids for c in greedy] * 11
+  assert len(laid_out) == 2
+  sampler.release_weights()
+  gc.collect()
+  assert [ref() for ref in laid_out] == [None, None]
+  sampler(params, prompts, max_new_tokens=NEW, temperature=0.0)
+  sampler(jax.tree.map(lambda x: x + 0, params), prompts, max_new_tokens=NEW, temperature=0.0)
+  assert len(laid_out) == 4  # After a release, and for other arrays: laid out afresh.
+  sampler(params, prompts, max_new_tokens=NEW, temperature=0.0)
+  assert len(laid_out) == 5 and laid_out[4]() is not None
+  del params
+  gc.collect()
+  assert laid_out[4]() is None  # Dropped with its params.
