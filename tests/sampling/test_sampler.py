@@ -361,3 +361,17 @@ def test_calls_with_the_same_params_lay_the_weights_out_once(tiny, prompts, gree
   del params
   gc.collect()
   assert laid_out[4]() is None  # Dropped with its params.
+
+
+def test_host_array_params_are_laid_out_afresh_every_call(tiny, prompts, greedy, monkeypatch):
+  """numpy params can change in place between calls: each call lays them out again."""
+  _, config, params = tiny
+  params = jax.tree.map(np.array, params)
+  sampler = Sampler(config)
+  before = [c.ids for c in sampler(params, prompts, max_new_tokens=NEW, temperature=0.0)]
+  assert before == [c.ids for c in greedy]
+  params["layers"]["mlp"]["up_proj"] *= -1  # In place: the same arrays, other weights.
+  after = [c.ids for c in sampler(params, prompts, max_new_tokens=NEW, temperature=0.0)]
+  assert after != before
+  assert after == [c.ids for c in Sampler(config)(params, prompts, max_new_tokens=NEW,
+                                                   temperature=0.0)]
