@@ -12,7 +12,9 @@
 For each model and sequence length both sides run the same computation on the
 same weights: token logprobs of a (B, T) batch whose last --completion-len columns
 (default: the second half) are the completion, the token-mean clipped policy loss
-against fixed old logprobs, backward, global-norm clipping and an AdamW step. PyTorch runs the
+with the ratio against the policy itself (one update per batch, as ours and TRL's
+`num_iterations=1` take it), backward, global-norm clipping and an AdamW step; the
+printed pg_loss of the two sides must agree. PyTorch runs the
 `transformers` model with a plain `loss.backward(); opt.step()`. Shared
 machines are noisy: compare the ratio printed on one line, not absolute
 numbers across runs; the load average is printed with the results.
@@ -173,7 +175,6 @@ def time_torch(model, batch, grpo_config, steps):
   attention = torch.tensor(batch["attention_mask_BxT"])
   positions = (attention.cumsum(-1) - 1).clamp(min=0)
   mask = torch.tensor(batch["loss_mask_BxC"])
-  old = torch.tensor(batch["sampler_logp_BxC"])
   start = tokens.shape[1] - mask.shape[1]  # first completion column
   adv = torch.tensor(batch["advantages_B"])[:, None]
 
@@ -184,7 +185,9 @@ def time_torch(model, batch, grpo_config, steps):
     logits = model.lm_head(hidden[:, start - 1:-1])
     logp_all = torch.log_softmax(logits.float(), dim=-1)
     logp = logp_all.gather(-1, tokens[:, start:, None]).squeeze(-1)
-    ratio = torch.exp(torch.clamp(logp - old, -20.0, 20.0))
+    # One update per batch: the ratio is against the policy itself, as in ours and in TRL
+    # (num_iterations=1: old = per_token_logps.detach()), not against the sampler.
+    ratio = torch.exp(torch.clamp(logp - logp.detach(), -20.0, 20.0))
     losses = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1 - grpo_config.clip_low,
                                                             1 + grpo_config.clip_high))
     loss = (losses * mask).sum() / mask.sum()
