@@ -241,27 +241,26 @@ def layers_alone_ms(config: ModelConfig, params, batch: int, steps: int = 200) -
   sin_DhxB = cos_DhxB = jnp.ones((config.head_dim, batch), jnp.float32)
 
   @jax.jit
-  def loop(weights, final_scale, x_DxB):
+  def loop(params, weights, x_DxB):
     def body(_, x_DxB):
       for w in weights.layers:
         x_DxB, _ = qwen3.layer(config, w, x_DxB, sin_DhxB, cos_DhxB, lambda q, k, v: (q, None),
                                features_last=False)
-      h_DxB = qwen3.rms_norm(x_DxB, final_scale[:, None], config.rms_norm_eps, axis=0)
-      logits_VxB = weights.head_VxD @ h_DxB
+      logits_VxB = decode.logits(config, params, weights, x_DxB)
       return x_DxB + 1e-6 * jnp.max(logits_VxB, axis=0)  # Keeps the LM head live.
     return jax.lax.fori_loop(0, steps, body, x_DxB)
 
   x_DxB = jnp.ones((config.hidden_size, batch), jnp.float32) * 0.1
-  run = lambda: loop(weights, params["final_norm"]["scale"], x_DxB).block_until_ready()
+  run = lambda: loop(params, weights, x_DxB).block_until_ready()
   _, s = timed({"layers": run}, 3)["layers"]
   return s / steps * 1e3
 
 
-def decode_step_flops(config: ModelConfig, batch: int, cache_len: int) -> float:
-  """Matmul FLOPs of one decode step: projections, MLP, attention over the cache, LM head."""
+def dense_flops(config: ModelConfig, batch: int) -> float:
+  """Matmul FLOPs of one decode step outside attention: projections, MLPs, LM head."""
   d, f, l = config.hidden_size, config.intermediate_size, config.num_layers
   q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
-  per_token = l * (2 * d * (q + 2 * kv) + 2 * q * d + 3 * 2 * d * f + 2 * 2 * q * cache_len)
+  per_token = l * (2 * d * (q + 2 * kv) + 2 * q * d + 3 * 2 * d * f)
   return batch * (per_token + 2 * d * config.vocab_size)
 
 
@@ -281,7 +280,7 @@ def main():
     run_group_case(model, config, params, 8, 8, 512, 64, FLAGS.repeats)
   print(f"matmul rate: {matmul_rate():.0f} GFLOP/s (2048^3)")
   for batch in (32, 16):  # 16: the half of batch 32 that each host device of the default runs.
-    ms, flops = layers_alone_ms(config, params, batch), decode_step_flops(config, batch, 0)
+    ms, flops = layers_alone_ms(config, params, batch), dense_flops(config, batch)
     print(f"(a) batch {batch}: layers and LM head alone (no attention, no sampling), one device: "
           f"{ms:.2f} ms/step ({flops / ms / 1e6:.0f} GFLOP/s)")
   for row in rows:

@@ -5,6 +5,7 @@
   decode_weights(config, params) -> DecodeWeights           # once, outside the decode loop
   decode_step(config, params, tokens_Bx1, positions_Bx1, prefix_mask_UxP, cache, step,
               weights=None) -> (logits_VxB, cache)
+  logits(config, params, weights, x_DxB) -> logits_VxB      # the step's final norm + LM head
 
 The layer math is `qwen3.layer`'s, as in `qwen3.forward` with T == 1; this module
 lays it out for decode loops, where a step is dominated by moving weights and
@@ -250,7 +251,13 @@ def decode_step(config: ModelConfig, params: qwen3.Params, tokens_Bx1, positions
                                prefix_mask_UxP=prefix_mask_UxP, ks=ks[i], vs=vs[i], step=step)
     x_DxB, (ks[i], vs[i]) = qwen3.layer(config, w, x_DxB, sin_DhxB, cos_DhxB, attend,
                                         features_last=False)
+  return (logits(config, params, weights, x_DxB),
+          cache._replace(k_BxKxDhxC=tuple(ks), v_BxKxCxDh=tuple(vs)))
+
+
+def logits(config: ModelConfig, params: qwen3.Params, weights: DecodeWeights, x_DxB):
+  """Float32 next-token logits [vocab, batch] from the last layer's output [hidden, batch]:
+  the final norm, then the LM head."""
   hidden_DxB = qwen3.rms_norm(x_DxB, params["final_norm"]["scale"][:, None],
-                               config.rms_norm_eps, axis=0)
-  logits_VxB = jnp.dot(weights.head_VxD, hidden_DxB, preferred_element_type=jnp.float32)
-  return logits_VxB, cache._replace(k_BxKxDhxC=tuple(ks), v_BxKxCxDh=tuple(vs))
+                              config.rms_norm_eps, axis=0)
+  return jnp.dot(weights.head_VxD, hidden_DxB, preferred_element_type=jnp.float32)
