@@ -70,7 +70,10 @@ def test_the_trainer_evaluates_before_and_after_and_a_resume_adds_only_the_new_e
 def test_heldout_needs_an_environment_that_can_evaluate(tmp_path):
   from configs.rlvr_math import get_config
 
+  data = tmp_path / "problems.jsonl"  # Local rows: the test needs no shared data folder.
+  data.write_text(json.dumps({"question": "What is 1 + 1?", "answer": "2"}) + "\n")
   c = get_config("smoke")
+  c.data.source = str(data)
   c.heldout.size = 2
   with pytest.raises(ValueError, match="has no evaluate"):
     train.train(c, str(tmp_path))
