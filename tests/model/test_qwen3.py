@@ -104,8 +104,17 @@ def test_smollm2_135m_logits_match_transformers():
 
   Its logits reach ~15 and pass through 30 layers, so float32 rounding alone is
   ~1e-4 here: transformers' own float32 run differs from its float64 run by that
-  much. We hold ours to the same standard: our float32 error against the float64
-  reference may not exceed transformers' float32 error by more than 50%.
+  much. Our float32 error against the float64 reference is held to a multiple of
+  transformers' float32 error that covers every x86 code path XLA:CPU picks.
+
+  Why the bar is 2.5x and not 1: the extra error is XLA:CPU's YNNPACK fp32 dot
+  kernels, not the model's math. With them off (XLA_FLAGS
+  `--xla_cpu_experimental_ynn_fusion_type=`) our error is 0.90x transformers' (max)
+  and 0.77x (RMS); with them on it is 1.7-2.0x (RMS) on every ISA, and the max,
+  an extreme of ~6e6 logits, lands anywhere in 1.14x-1.74x by kernel choice:
+  `--xla_cpu_max_isa=` AVX 1.14x, AVX2 1.25x, SSE4_2 1.74x (AMD Zen 3), AVX-512
+  1.69x (AMD Zen 4). Turning YNNPACK off costs the tiny model's decode a third of
+  its speed (bench/sampler.py), so the kernels stay and the bar covers them.
   """
   import torch
   import transformers
@@ -122,6 +131,6 @@ def test_smollm2_135m_logits_match_transformers():
   ours = np.asarray(apply(config, params, tokens, mask))[real]
   hf_error = np.abs(ref32 - ref64).max()
   our_error = np.abs(ours - ref64).max()
-  assert hf_error < 5e-4 and our_error <= 1.5 * hf_error, (our_error, hf_error)
+  assert hf_error < 5e-4 and our_error <= 2.5 * hf_error, (our_error, hf_error)
   np.testing.assert_allclose(ours, ref32, atol=5e-4, rtol=0)
   assert (ours.argmax(-1) == ref64.argmax(-1)).all()
