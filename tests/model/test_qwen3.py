@@ -108,13 +108,10 @@ def test_smollm2_135m_logits_match_transformers():
   transformers' float32 error that covers every x86 code path XLA:CPU picks.
 
   Why the bar is 2.5x and not 1: the extra error is XLA:CPU's YNNPACK fp32 dot
-  kernels, not the model's math. With them off (XLA_FLAGS
-  `--xla_cpu_experimental_ynn_fusion_type=`) our error is 0.90x transformers' (max)
-  and 0.77x (RMS); with them on it is 1.7-2.0x (RMS) on every ISA, and the max,
-  an extreme of ~6e6 logits, lands anywhere in 1.14x-1.74x by kernel choice:
-  `--xla_cpu_max_isa=` AVX 1.14x, AVX2 1.25x, SSE4_2 1.74x (AMD Zen 3), AVX-512
-  1.69x (AMD Zen 4). Turning YNNPACK off costs the tiny model's decode a third of
-  its speed (bench/sampler.py), so the kernels stay and the bar covers them.
+  kernels, not the model's math (with them off, `--xla_cpu_experimental_ynn_fusion_type=`,
+  ours is below transformers'); with them on, the max lands between 1x and 2x by which
+  kernel the ISA picks. Turning them off slows decoding, so they stay and the bar
+  covers every x86 path. Numbers per ISA: docs/benchmarks.md (float32 accuracy).
   """
   import torch
   import transformers
