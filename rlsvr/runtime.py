@@ -93,7 +93,9 @@ def compilation_cache_dir() -> str:
 def enable_compilation_cache(directory: str | None = None) -> str | None:
   """Turns on JAX's persistent compilation cache in `directory` (default
   `compilation_cache_dir()`), unless one is already set (e.g. by JAX_COMPILATION_CACHE_DIR)
-  or RLSVR_COMPILATION_CACHE=0; returns the folder in use, or None."""
+  or RLSVR_COMPILATION_CACHE=0; returns the folder in use, or None. Programs compiled in
+  under `MIN_COMPILE_SECONDS` are not kept unless JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS
+  says otherwise."""
   import jax  # noqa: PLC0415
 
   if os.environ.get("RLSVR_COMPILATION_CACHE", "1") == "0":
@@ -103,6 +105,7 @@ def enable_compilation_cache(directory: str | None = None) -> str | None:
   directory = directory or compilation_cache_dir()
   os.makedirs(directory, exist_ok=True)
   jax.config.update("jax_compilation_cache_dir", directory)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+  if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # The user's, if set.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
   jax.config.update("jax_compilation_cache_max_size", MAX_CACHE_BYTES)
   return directory

@@ -10,5 +10,6 @@ export JAX_PLATFORMS=cpu
 # XLA:CPU's per-run buffers then fault in far fewer pages.
 export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
 # Two workers (pytest-xdist), one per core of the CI machine: the suite is mostly XLA
-# compiles, which keep one core busy each (measured: 11.3 min against ~15 serial).
-.venv/bin/python -m pytest -q -n "${RLSVR_TEST_WORKERS:-2}" --durations=15 "$@"
+# compiles, which keep one core busy each. A worker that runs out of tests takes queued
+# ones from the other (worksteal), so a long test near the end does not leave a core idle.
+.venv/bin/python -m pytest -q -n "${RLSVR_TEST_WORKERS:-2}" --dist worksteal --durations=15 "$@"

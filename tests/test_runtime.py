@@ -87,6 +87,24 @@ def test_the_cache_can_be_turned_off_or_pointed_elsewhere(tmp_path, env, expecte
   assert not os.path.exists(tmp_path / "default" / "jax-compilation")
 
 
+MIN_TIME = """
+import json, jax
+from rlsvr import runtime
+runtime.enable_compilation_cache()
+print(json.dumps(jax.config.jax_persistent_cache_min_compile_time_secs))
+"""
+
+
+def test_the_minimum_compile_time_is_ours_unless_jax_s_variable_sets_it(tmp_path, monkeypatch):
+  """The tests set JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 for their subprocesses."""
+  from rlsvr import runtime
+
+  monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)
+  assert _python(MIN_TIME, RLSVR_CACHE=str(tmp_path)) == runtime.MIN_COMPILE_SECONDS
+  assert _python(MIN_TIME, RLSVR_CACHE=str(tmp_path),
+                 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0") == 0
+
+
 HUGE_PAGES = """
 import ctypes, json, os, resource, sys
 from rlsvr import runtime
