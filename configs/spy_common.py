@@ -2,8 +2,10 @@
 
 Variants (comma-separated, e.g. `configs/spy_summ.py:cpu,sequential`):
   (none)      the paper's run: Qwen3-4B-Instruct-2507, 128 games per step, 8 devices
-  cpu         the embedded default: SmolLM2-135M-Instruct, bundled corpus, small games
-  cpu_long    `cpu` for about 50 minutes on 2 cores: 20 steps, 16 held-out games
+  cpu         the embedded default: SmolLM2-135M-Instruct, bundled corpus, small games;
+              summarisation plays the "facts" task (short generated fact sheets)
+  cpu_long    `cpu` run longer, with more held-out games
+  reports     with cpu: summarisation of the bundled ~80-word reports instead of fact sheets
   smoke       tiny random Qwen3 with the real Qwen3 tokenizer; seconds (tests)
   sequential  the two-player sequential game
   no_spy      the no-spy ablation (clue phase only)
@@ -15,7 +17,7 @@ from ml_collections.config_dict import placeholder
 
 from configs.base import base_config, parse_variants, run_locally
 
-VARIANTS = ("cpu", "cpu_long", "smoke", "sequential", "no_spy", "released", "bundled")
+VARIANTS = ("cpu", "cpu_long", "reports", "smoke", "sequential", "no_spy", "released", "bundled")
 
 
 def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
@@ -93,6 +95,11 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.grpo.filter_groups = True
     c.grpo.max_num_gen_batches = 3
     c.checkpoint.every = 2
+    if task == "summarisation" and "reports" not in variants:
+      # The summarisation game on ~25-word fact sheets (`rlsvr.data.bundled.fact_sheets`):
+      # a 135M model restates six facts, and the spy's copy loses a fifth of the sheet.
+      c.spy.task = "facts"
+      c.spy.truncate_words = 200  # Sheets are never cut.
   if "cpu_long" in variants:
     # Does detection rise above chance at this scale? 10 decision + 10 clue steps, and a
     # held-out evaluation whose standard error (16 games x 4 votes) can tell.

@@ -1,9 +1,14 @@
 """Small bundled corpora, one per spy task, so CPU runs and tests need no network.
 
 All text here was written for this project: the writing prompts by hand, the
-reports and math documents generated from our own templates with a fixed
-seed (so the documents are the same in every run). They are fictional; no
-text is copied from GovReport, WritingPrompts or Nemotron-CC-Math.
+reports, fact sheets and math documents generated from our own templates with
+a fixed seed (so the documents are the same in every run). They are
+fictional; no text is copied from GovReport, WritingPrompts or
+Nemotron-CC-Math.
+
+Fact sheets (`fact_sheets`, the "facts" task) are the summarisation game at a
+size a 135M model plays on a CPU: six short facts of one person, ~25 words,
+from a generator that makes as many distinct sheets as asked.
 """
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import random
 
 _NUM_REPORTS = 24
 _NUM_MATH = 24
+_NUM_FACT_SHEETS = 1200
 
 _AGENCIES = ("Office of Regional Water Systems", "Bureau of Rural Broadband",
              "Department of Coastal Resilience", "Agency for Veterans' Housing",
@@ -133,10 +139,45 @@ WRITING_PROMPTS = (
 )
 
 
+_FIRST_NAMES = ("Ada", "Bruno", "Chiara", "Dmitri", "Elena", "Farid", "Greta", "Hugo", "Ines",
+                "Jonas", "Keiko", "Lars", "Maya", "Nadia", "Omar", "Priya", "Quentin", "Rosa",
+                "Sven", "Tara", "Umar", "Vera", "Wim", "Yara", "Zoe", "Marco", "Lena", "Pablo")
+_SURNAMES = ("Moreno", "Novak", "Larsen", "Okafor", "Schmidt", "Tanaka", "Rossi", "Kowalski",
+             "Haddad", "Silva", "Berg", "Dubois", "Ivanova", "Costa", "Fischer", "Mendes",
+             "Nakamura", "Petrov", "Quinn", "Varga", "Weber", "Young", "Castro", "Jensen")
+_CITIES = ("Lisbon", "Oslo", "Cairo", "Lima", "Dublin", "Prague", "Nairobi", "Kyoto", "Madrid",
+           "Toronto", "Vienna", "Mumbai", "Seoul", "Quito", "Athens", "Boston", "Manila", "Perth",
+           "Dakar", "Bergen", "Hanoi", "Turin", "Denver", "Krakow")
+_JOBS = ("baker", "nurse", "pilot", "teacher", "plumber", "architect", "chemist", "farmer",
+         "librarian", "dentist", "carpenter", "journalist", "engineer", "florist", "lawyer",
+         "painter", "tailor", "chef", "judge", "sailor")
+_PETS = ("a cat", "a dog", "a parrot", "two goldfish", "a rabbit", "a tortoise", "a hamster",
+         "no pets", "a horse", "three hens", "a snake", "a ferret")
+_FOODS = ("soup", "pizza", "curry", "sushi", "pancakes", "tacos", "salad", "dumplings",
+          "risotto", "falafel", "noodles", "paella", "stew", "waffles")
+
+
+def fact_sheet(rng: random.Random, i: int) -> str:
+  """One fact sheet: person `i`'s name, age, home town, job, pets and favourite food."""
+  name = f"{rng.choice(_FIRST_NAMES)} {rng.choice(_SURNAMES)}"
+  del i  # A header ("Fact sheet 12.") would be a fact no summary needs, and a place to mask.
+  return (f"Name: {name}. Age: {rng.randint(19, 88)}. Home town: "
+          f"{rng.choice(_CITIES)}. Job: {rng.choice(_JOBS)}. Pets: {rng.choice(_PETS)}. "
+          f"Favourite food: {rng.choice(_FOODS)}.")
+
+
+def fact_sheets(count: int, seed: int = 20251203) -> tuple[str, ...]:
+  """`count` fact sheets drawn with `seed` (the bundled corpus: the first 1200 of seed
+  20251203); ~28 million combinations, so any count a run needs is distinct enough."""
+  rng = random.Random(seed)
+  return tuple(fact_sheet(rng, i) for i in range(count))
+
+
 def _build() -> dict[str, tuple[str, ...]]:
   rng = random.Random(20250601)
   return {
       "summarisation": tuple(_report(rng, i) for i in range(_NUM_REPORTS)),
+      "facts": fact_sheets(_NUM_FACT_SHEETS),
       "writing": WRITING_PROMPTS,
       "math": tuple(_math_doc(rng, i) for i in range(_NUM_MATH)),
   }

@@ -4,7 +4,8 @@ Every source yields `Document`s (id, text). Any source works for any task
 (corpus swap): `load_corpus(task, source)` picks the task's default field
 when none is given.
 
-- `"bundled"`: the small generated corpus in `rlsvr.data.bundled`.
+- `"bundled"`: the small generated corpus in `rlsvr.data.bundled` (the only
+  built-in one of the generated "facts" task).
 - `"hub"`: the task's paper dataset, streamed with `datasets`.
 - a path ending in .jsonl, .json or .parquet: a local file.
 - any other string: a hub dataset name, streamed.
@@ -135,13 +136,17 @@ def load_corpus(
   `field` defaults to the task's paper field (report / prompt / text);
   `config` applies to hub datasets (the task's default for `"hub"`).
   """
-  if task not in TASK_SOURCES:
-    raise CorpusError(f"unknown task {task!r}; expected one of {sorted(TASK_SOURCES)}")
-  default = TASK_SOURCES[task]
-  field = field or default.field
+  if task not in TASK_SOURCES and task not in BUNDLED:
+    raise CorpusError(f"unknown task {task!r}; expected one of "
+                      f"{sorted(set(TASK_SOURCES) | set(BUNDLED))}")
   if source == "bundled":
     return iter(bundled_corpus(task)[:limit])
+  default = TASK_SOURCES.get(task)  # Generated tasks (facts) have no paper dataset.
+  field = field or (default.field if default else "text")
   if source == "hub":
+    if default is None:
+      raise CorpusError(f"task {task!r} has no hub dataset; use the bundled corpus or a local "
+                        "file")
     return load_hub(HubSource(default.name, field, config or default.config, split), limit)
   if source.lower().endswith(_LOCAL_SUFFIXES) or os.path.exists(source):
     return load_local(source, field, limit)

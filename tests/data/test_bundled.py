@@ -22,3 +22,16 @@ def test_generation_is_deterministic():
 
 def test_writing_prompts_fit_the_128_word_truncation():
   assert all(mechanics.truncate_words(p, 128) == p for p in BUNDLED["writing"])
+
+
+def test_fact_sheets_are_six_short_distinct_facts():
+  sheets = BUNDLED["facts"]
+  assert len(sheets) >= 1000 and len(set(sheets)) > 0.99 * len(sheets)
+  for sheet in sheets[:50]:
+    assert [part.split(":")[0] for part in sheet.rstrip(".").split(". ")] == [
+        "Name", "Age", "Home town", "Job", "Pets", "Favourite food"]
+    assert 15 <= len(sheet.split()) <= 30
+    # A 20% mask hides about one fact: more than a word, far less than the sheet.
+    assert 16 <= mechanics.span_length(len(sheet), 0.2) <= 30
+  # Any count, and the bundled ones are the generator's first.
+  assert bundled_module.fact_sheets(5000)[:len(sheets)] == sheets

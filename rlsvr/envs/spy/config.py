@@ -6,7 +6,7 @@ from typing import Any
 
 from rlsvr.envs.spy import mechanics
 
-TASKS = ("summarisation", "writing", "math")
+TASKS = ("summarisation", "writing", "math", "facts")
 VARIANTS = ("parallel", "sequential", "no_spy")
 _TASK_ALIASES = {"summarization": "summarisation", "summary": "summarisation",
                  "story": "writing", "creative_writing": "writing"}
@@ -16,6 +16,9 @@ _TASK_DEFAULTS = {
     "summarisation": dict(num_players=4, rollout_n=8, mask_fraction=0.2, truncate_words=16000),
     "writing": dict(num_players=5, rollout_n=8, mask_fraction=0.2, truncate_words=128),
     "math": dict(num_players=5, rollout_n=4, mask_fraction=0.4, truncate_words=1000),
+    # Not in the paper: summarisation of a ~25-word fact sheet (`rlsvr.data.bundled`), the
+    # game at a size a small model plays on a CPU; the summarisation game's players and mask.
+    "facts": dict(num_players=4, rollout_n=8, mask_fraction=0.2, truncate_words=200),
 }
 
 
@@ -32,7 +35,8 @@ class SpyGameConfig:
   """How a spy game is played and rewarded.
 
   Attributes:
-    task: "summarisation", "writing" or "math".
+    task: "summarisation", "writing", "math" or "facts" (summarising a short
+      fact sheet: the summarisation game for small models).
     num_players: players per game (n), numbered 1..n.
     rollout_n: detectors per game; they all judge the same game.
     mask_fraction: share of the spy's characters masked (stated in prompts).
@@ -54,7 +58,8 @@ class SpyGameConfig:
     joint: train players and detectors every step, whatever the phase.
     player_max_new_tokens, detector_max_new_tokens: per-phase length limits.
     answer_prefill: start every reply with its format marker (players `Answer:`,
-      math players `\\boxed{Problem:`, detectors `\\boxed{`), placed after the
+      math players `\\boxed{Problem:`, fact-sheet players `Answer: Name:`,
+      detectors `\\boxed{`), placed after the
       chat template's assistant header. For models too small to follow the
       format (the CPU default); the marker is prompt, not trained on, and the
       parsers read marker + completion. Not in the paper: off by default.
@@ -127,7 +132,7 @@ class SpyGameConfig:
     fields: dict[str, Any] = dict(task=task, variant=variant, **_TASK_DEFAULTS[task])
     if variant == "sequential":
       fields["num_players"] = 2
-      if task == "summarisation":
+      if task in ("summarisation", "facts"):
         fields["mask_fraction"] = 0.5
       else:
         fields["spy_view"] = "none"

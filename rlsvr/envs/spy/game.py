@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rlsvr.envs.base import Completion, EpisodeBatch, SampleFn, Trajectory
-from rlsvr.envs.spy import mechanics, prompts, records
+from rlsvr.envs.spy import mechanics, prompts, records, scripted
 from rlsvr.envs.spy.config import SpyGameConfig
 from rlsvr.model.tokenizer import encode_chat
 
@@ -114,9 +114,7 @@ class SpyGame:
     or constrained_vote for detectors)."""
     if role == "detector" and (self.config.answer_prefill or self.config.constrained_vote):
       return "\\boxed{"
-    if not self.config.answer_prefill:
-      return ""
-    return "\\boxed{Problem:" if self.config.task == "math" else "Answer:"
+    return prompts.player_prefill(self.config) if self.config.answer_prefill else ""
 
   def decode(self, ids: Sequence[int]) -> str:
     return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -273,7 +271,14 @@ class SpyGame:
     Per game: the detectors' accuracy (votes for the spy / votes), their
     invalid and abstention rates, and the share of the game's valid votes that
     went to the spy and to the average civilian (chance: 1 / num_players each).
-    Means over games with their standard errors (`k/se`).
+    Next to them, what the game's outputs carry: the scripted detectors'
+    accuracy on the same games (`ceiling/*`, `rlsvr.envs.spy.scripted`; not for
+    the no-spy variant, which has no spy to find), and the share of the
+    document's content words the spy's and the civilians' outputs use
+    (`recall/*`). Then the task outside the game: every document with the
+    plain task prompt (no game, no role), `num_players` samples each, and the
+    share of its content words they use (`plain_recall`). Means over games (or
+    samples) with their standard errors (`k/se`).
     """
     from rlsvr import heldout  # noqa: PLC0415
 
@@ -291,11 +296,39 @@ class SpyGame:
       if sum(counts):
         spy_share.append(counts[game.spy - 1] / sum(counts))
         civ_share.append((1 - spy_share[-1]) / (n - 1))
-    return {**heldout.with_se("detect_acc", acc), **heldout.with_se("invalid_vote_rate", invalid),
-            **heldout.with_se("abstain_rate", abstain),
-            **heldout.with_se("vote_share_spy", spy_share),
-            **heldout.with_se("vote_share_civilian", civ_share),
-            "chance_detect_acc": 1.0 / n}
+    out = {**heldout.with_se("detect_acc", acc), **heldout.with_se("invalid_vote_rate", invalid),
+           **heldout.with_se("abstain_rate", abstain),
+           **heldout.with_se("vote_share_spy", spy_share),
+           **heldout.with_se("vote_share_civilian", civ_share),
+           "chance_detect_acc": 1.0 / n}
+    if games and self.config.variant != "no_spy":
+      per_game = [scripted.game_accuracies(g.reference, _player_texts(g, n), g.spy) for g in games]
+      for name in per_game[0]:
+        out.update(heldout.with_se(f"ceiling/{name}", [a[name] for a in per_game]))
+    for role in ("spy", "civilian"):
+      values = [scripted.recall(g.reference, t.public.text) for g in games for t in g.turns
+                if (t.player == g.spy) == (role == "spy")]
+      if values:
+        out.update(heldout.with_se(f"recall/{role}", values))
+    plain = self.plain_outputs([g.reference for g in games], sample, chunk)
+    out.update(heldout.with_se("plain_recall", [scripted.recall(ref, text) for ref, text in plain]))
+    return out
+
+  def plain_outputs(self, references: Sequence[str], sample: SampleFn,
+                    documents_per_call: int) -> list[tuple[str, str]]:
+    """(reference, public output) of `num_players` samples per reference with the plain
+    task prompt (`prompts.plain_prompt`), `documents_per_call` references per call (rows
+    as in a players' call)."""
+    n = self.config.num_players
+    out = []
+    for i in range(0, len(references), max(documents_per_call, 1)):
+      refs = [r for r in references[i:i + documents_per_call] for _ in range(n)]
+      ids = [self.encode(prompts.plain_prompt(self.config, r), self.prefill("player"))
+             for r in refs]
+      for ref, completion in zip(refs, self._sample(sample, ids, self.config.player_max_new_tokens)):
+        text = self.prefill("player") + self.decode(completion.ids)
+        out.append((ref, mechanics.public_output(text, self.config.task).text))
+    return out
 
   @staticmethod
   def _row(prompt_ids, completion: Completion, group: int, role: str, trained: bool,
@@ -334,6 +367,14 @@ class SpyGame:
       metrics[f"spy/clip_ratio/{role}"] = float(np.mean(
           [row.finish_reason == "length" for row, _ in role_rows]))
     return metrics
+
+
+def _player_texts(game: _Game, num_players: int) -> list[str]:
+  """Every player's public outputs over all rounds, one text per player (index k - 1)."""
+  texts = [[] for _ in range(num_players)]
+  for turn in game.turns:
+    texts[turn.player - 1].append(turn.public.text)
+  return ["\n".join(t) for t in texts]
 
 
 def _spy_strictly_most_voted(game: _Game, num_players: int) -> bool:

@@ -22,11 +22,17 @@ class _TaskText:
   instruction: str
   output_format: str
   look_for: str
+  plain_format: str  # The output format outside the game (`plain_prompt`).
+  prefill: str = "Answer:"  # A player's forced reply start under `answer_prefill`.
 
 
-_ANSWER_FORMAT = (
-    "You may think first. Then write a line that starts with `Answer:` followed by your final "
-    "{work}. Only the text after `Answer:` is shown to the other players and the judges.")
+_PLAIN_ANSWER_FORMAT = ("You may think first. Then write a line that starts with `Answer:` "
+                        "followed by your final {work}.")
+_ANSWER_FORMAT = _PLAIN_ANSWER_FORMAT + (" Only the text after `Answer:` is shown to the other "
+                                         "players and the judges.")
+_MATH_FORMAT = ("You may work it out first. Then put the problem, a short solution and the final "
+                "answer inside one `\\boxed{...}`, e.g. `\\boxed{Problem: ... Solution: ... "
+                "Answer: ...}`.")
 
 _TASKS = {
     "summarisation": _TaskText(
@@ -36,10 +42,25 @@ _TASKS = {
                      "words: its purpose, its main findings and any recommendations. Do not "
                      "invent facts."),
         output_format=_ANSWER_FORMAT.format(work="summary"),
+        plain_format=_PLAIN_ANSWER_FORMAT.format(work="summary"),
         look_for=("a summary that skips, blurs or guesses at one part of the report while covering "
                   "the rest well; vague wording or invented details exactly where a span of the "
                   "report could have been hidden; facts, numbers or names that the report states "
                   "but one player never uses."),
+    ),
+    "facts": _TaskText(
+        doc="fact sheet",
+        work="summary",
+        instruction=("Summarise the fact sheet in one sentence that keeps every fact: the name, "
+                     "age, home town, job, pets and favourite food."),
+        output_format=_ANSWER_FORMAT.format(work="summary"),
+        plain_format=_PLAIN_ANSWER_FORMAT.format(work="summary"),
+        look_for=("a summary that leaves out a fact, gets a name, number or place wrong, or "
+                  "shows `*` characters where its copy was masked; check every summary against "
+                  "every fact of the sheet."),
+        # The reply starts where every sheet starts: without it SmolLM2-135M restated
+        # about a fifth of the sheet's words, with it most (docs/results.md, spy game).
+        prefill="Answer: Name:",
     ),
     "writing": _TaskText(
         doc="writing prompt",
@@ -47,6 +68,7 @@ _TASKS = {
         instruction=("Write a short original story (about 200 to 400 words) that answers the "
                      "writing prompt: follow every element of the prompt and make it vivid."),
         output_format=_ANSWER_FORMAT.format(work="story"),
+        plain_format=_PLAIN_ANSWER_FORMAT.format(work="story"),
         look_for=("a story that ignores or bends one element of the prompt, stays generic where "
                   "the prompt is specific, or works around a detail it seems not to know; "
                   "compare each story with every element of the prompt."),
@@ -57,10 +79,10 @@ _TASKS = {
         instruction=("Design one well-posed math problem grounded in the document's content and "
                      "solve it. The problem must be answerable from the document's facts and have "
                      "one final answer."),
-        output_format=("You may work it out first. Then put the problem, a short solution and the "
-                       "final answer inside one `\\boxed{...}`, e.g. `\\boxed{Problem: ... "
-                       "Solution: ... Answer: ...}`. Only the content of your first complete "
-                       "`\\boxed{...}` is shown to the other players and the judges."),
+        output_format=_MATH_FORMAT + (" Only the content of your first complete `\\boxed{...}` "
+                                      "is shown to the other players and the judges."),
+        plain_format=_MATH_FORMAT,
+        prefill="\\boxed{Problem:",
         look_for=("a problem that avoids the document's key quantities or definitions, uses a "
                   "number or relation the document does not support, or is oddly generic; check "
                   "each problem and answer against the document."),
@@ -142,6 +164,19 @@ def player_prompt(
     parts.append("Outputs of the players so far:\n\n" + format_outputs(earlier, config.rounds))
   parts.append(f"Format: {text.output_format}")
   return "\n\n".join(parts)
+
+
+def player_prefill(config: SpyGameConfig) -> str:
+  """The start of a player's reply under `answer_prefill` (the task's format marker)."""
+  return _TASKS[config.task].prefill
+
+
+def plain_prompt(config: SpyGameConfig, document: str) -> str:
+  """The task alone, outside the game: instruction, document, output format (no rules, no
+  role), to measure the task skill the game trains."""
+  text = _TASKS[config.task]
+  return "\n\n".join([f"Task: {text.instruction}", f"<{text.doc}>\n{document}\n</{text.doc}>",
+                       f"Format: {text.plain_format}"])
 
 
 def detector_prompt(

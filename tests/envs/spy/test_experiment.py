@@ -47,8 +47,13 @@ def test_a_key_set_on_the_command_line_wins_over_the_variant():
 
 def test_the_cpu_variant_keeps_its_own_sizes():
   game = game_config(parse("configs/spy_summ.py:cpu"))
-  assert (game.rollout_n, game.truncate_words, game.num_players) == (4, 80, 4)
+  assert (game.task, game.rollout_n, game.truncate_words, game.num_players) == (
+      "facts", 4, 200, 4)
   assert game.constrained_vote and game.answer_prefill
+  reports = game_config(parse("configs/spy_summ.py:cpu,reports"))
+  assert (reports.task, reports.truncate_words) == ("summarisation", 80)
+  # The other tasks' CPU games keep their task.
+  assert game_config(parse("configs/spy_write.py:cpu")).task == "writing"
 
 
 @pytest.mark.parametrize("thinking,think_block", [(None, False), (False, True), (True, False)])

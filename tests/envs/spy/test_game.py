@@ -309,8 +309,9 @@ def _choosing_policy(tokenizer, pick):
     out = []
     for ids in prompts:
       text = tokenizer.decode(ids)
-      if "You are the judge of" not in text:
-        reply = spy_marker_player(text, "summarisation").split("Answer:")[1]
+      if "You are the judge of" not in text:  # A player, or the plain task (no role).
+        reply = (spy_marker_player(text, "summarisation").split("Answer:")[1]
+                 if "You are Player" in text else " a plain summary")
         ids = tuple(tokenizer.encode(reply)) + (EOS,)
         out.append(Completion(ids, (-0.5,) * len(ids), "eos"))
         continue
@@ -377,3 +378,51 @@ def test_evaluate_scores_games_without_touching_the_training_state():
   assert ones["detect_acc"] == pytest.approx(np.mean(hits))
   assert ones["detect_acc/se"] == pytest.approx(np.std(hits, ddof=1) / np.sqrt(len(hits)))
   assert ones["vote_share_spy"] == pytest.approx(np.mean(hits))
+
+
+def _copying_policy(tokenizer):
+  """Players (and plain prompts) answer with their copy of the sheet; detectors vote 1."""
+  def sample(prompts, **kwargs):
+    out = []
+    for ids in prompts:
+      text = tokenizer.decode(ids)
+      if "You are the judge of" in text:
+        reply = "1}"
+      else:
+        reply = " " + re.search(r"<fact sheet>\n(.*)\n</fact sheet>", text).group(1)
+      ids = tuple(tokenizer.encode(reply)) + (EOS,)
+      out.append(Completion(ids, (-0.5,) * len(ids), "eos"))
+    return out
+  return sample
+
+
+def test_evaluate_reports_the_ceiling_the_recall_and_the_plain_task():
+  """Players who copy their copy: the spy's output shows the mask, so the scripted
+  detectors find every spy while voting 1 finds a quarter; civilians recall the whole
+  sheet, the spy less; with the plain prompt everyone recalls all of it."""
+  config = SpyGameConfig.for_task("facts", rollout_n=2, constrained_vote=True,
+                                  answer_prefill=True)
+  tokenizer = ByteTokenizer()
+  env = SpyGame(config, tokenizer)
+  calls = []
+  policy = _copying_policy(tokenizer)
+  sample = lambda prompts, **kw: calls.append(len(prompts)) or policy(prompts, **kw)
+  got = env.evaluate(bundled_corpus("facts")[:8], sample, np.random.default_rng(0),
+                     games_per_call=4)
+  assert got["ceiling/mask_chars"] == 1.0 and got["ceiling/best_per_game"] == 1.0
+  assert got["ceiling/least_recall"] == 1.0
+  assert 0.0 < got["detect_acc"] < 0.6  # Voting 1 hits the games whose spy is player 1.
+  assert got["recall/civilian"] == 1.0 and 0.5 < got["recall/spy"] < 1.0
+  assert got["recall/spy/se"] > 0.0
+  assert (got["plain_recall"], got["plain_recall/se"]) == (1.0, 0.0)
+  # Players, detectors, players, detectors, then the plain prompts at the players' row count.
+  assert calls == [16, 8, 16, 8, 16, 16]
+
+
+def test_the_no_spy_variant_reports_no_ceiling():
+  config = SpyGameConfig.for_task("facts", "no_spy", rollout_n=2, constrained_vote=True,
+                                  answer_prefill=True)
+  tokenizer = ByteTokenizer()
+  got = SpyGame(config, tokenizer).evaluate(bundled_corpus("facts")[:2],
+                                            _copying_policy(tokenizer), np.random.default_rng(0))
+  assert not any(k.startswith("ceiling/") for k in got) and got["plain_recall"] == 1.0
