@@ -122,6 +122,10 @@ def base_config() -> ml_collections.ConfigDict:
   # for environments that implement `evaluate`: heldout.jsonl and a before/after table.
   c.heldout = ml_collections.ConfigDict()
   c.heldout.size = 0  # Held-out episodes (spy: games; RLSR: problems); 0: off.
+  # Episodes per sampler call; 0: a training step's count (its compiled shapes). Larger
+  # calls cost a compile and save the many small calls' per-token overhead; the memory
+  # plan (`rlsvr.plan`) counts a step's calls, not these.
+  c.heldout.per_call = 0
 
   c.log = ml_collections.ConfigDict()
   c.log.tensorboard = True  # Write TensorBoard event files under workdir/tb.

@@ -38,6 +38,9 @@ def check_config(c) -> None:
     problems.append(f"steps={c.steps} must be >= 1")
   if c.checkpoint.every < 1:
     problems.append(f"checkpoint.every={c.checkpoint.every} must be >= 1")
+  if c.heldout.size < 0 or c.heldout.per_call < 0:
+    problems.append(f"heldout.size={c.heldout.size} and heldout.per_call={c.heldout.per_call} "
+                    "must be >= 0")
   if problems:
     raise ValueError("bad config: " + "; ".join(problems))
   registry.import_plugins(c)  # First: they may register the names the checks look up.

@@ -187,6 +187,7 @@ def test_every_config_smoke_variant_runs(name, tmp_path):
     ("grpo.rollout_is", "geometric", "grpo"),
     ("spy.baseline_order", "after", "spy"),
     ("steps", 0, "steps"),
+    ("heldout.per_call", -1, "heldout.per_call"),
     ("spy.mask_fraction", 1.5, "spy"),
     ("spy.variant", "triple", "spy"),
     ("grpo.agg_mode", "seq-mean", "grpo"),

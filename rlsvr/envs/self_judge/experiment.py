@@ -109,8 +109,9 @@ class SelfJudgeExperiment(StreamExperiment):
       seed = seeding.derive(self.c.seed, "heldout-judge", next(calls))
       return self.judge_sampler(judge_params, prompts, seed=seed, **kw)
 
+    per_call = self.c.heldout.per_call or self.c.rlsr.problems_per_step
     return self.env.evaluate(self.heldout_problems, sample, judge_sample,
-                             problems_per_call=self.c.rlsr.problems_per_step)
+                             problems_per_call=per_call)
 
   def model_state(self, step: int) -> dict[str, Any]:
     """The judge's weights when they are a delayed copy (fixed ones are rebuilt, online

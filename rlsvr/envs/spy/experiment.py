@@ -39,7 +39,8 @@ class SpyExperiment(StreamExperiment):
 
   With `heldout.size > 0` the last min(size, documents // 2) documents are held out of
   training; `evaluate` plays `heldout.size` games over them (cycling), with spies and
-  masks fixed by the run's seed, `games_per_step` at a time (the step's sampler shapes).
+  masks fixed by the run's seed, `heldout.per_call` (default `games_per_step`: the step's
+  sampler shapes) at a time.
   """
 
   def __init__(self, ctx: registry.BuildContext):
@@ -66,7 +67,7 @@ class SpyExperiment(StreamExperiment):
     del policy_params
     games = [self.heldout_docs[i % len(self.heldout_docs)] for i in range(self.c.heldout.size)]
     return self.env.evaluate(games, sample, seeding.rng(self.c.seed, "heldout"),
-                             games_per_call=self.c.spy.games_per_step)
+                             games_per_call=self.c.heldout.per_call or self.c.spy.games_per_step)
 
 
 def plan(c, est) -> registry.EnvPlan:

@@ -31,8 +31,12 @@ class ByteTokenizer:
 
 
 def spy_marker_player(prompt: str, task: str) -> str:
-  """A player that says who it is and whether it is the spy, in the task's format."""
-  player = int(re.search(r"You are Player (\d+)", prompt).group(1))
+  """A player that says who it is and whether it is the spy, in the task's format (and
+  "P0-PLAIN" for the plain task prompt, which names no player)."""
+  match = re.search(r"You are Player (\d+)", prompt)
+  if match is None:
+    return "Answer: P0-PLAIN text"
+  player = int(match.group(1))
   tag = f"P{player}-{'SPY' if 'you are the spy' in prompt else 'CIV'}"
   if task == "math":
     return f"Working...\n\\boxed{{{tag} problem}} and a second \\boxed{{hidden}}"

@@ -76,3 +76,22 @@ def test_cpu_long_is_the_cpu_default_run_longer():
   assert game_config(long_) == game_config(short)
   assert (long_.steps, long_.heldout.size, short.steps, short.heldout.size) == (20, 16, 8, 8)
   assert long_.grpo.filter_groups and long_.model.source == "smollm2"
+
+
+def test_heldout_per_call_sets_the_games_of_each_evaluation_call():
+  from rlsvr.envs import registry
+  from rlsvr.envs.spy.experiment import SpyExperiment
+  from tests.envs.spy.fakes import ByteTokenizer, ScriptedPolicy, spy_finding_detector, \
+      spy_marker_player
+
+  def rows_per_call(*overrides):
+    c = parse("configs/spy_summ.py:smoke", "--config.heldout.size=4", *overrides)
+    exp = SpyExperiment(registry.BuildContext(c, ByteTokenizer(), None, None, None))
+    policy = ScriptedPolicy(ByteTokenizer(), lambda p: spy_marker_player(p, "summarisation"),
+                            spy_finding_detector)
+    exp.evaluate(policy, None)
+    return [len(texts) for texts, _ in policy.calls]
+
+  # Players (4 per game), detectors (2 per game), then the plain prompts (4 per game).
+  assert rows_per_call() == [8, 4, 8, 4, 8, 8]  # games_per_step = 2 at a time.
+  assert rows_per_call("--config.heldout.per_call=4") == [16, 8, 16]
