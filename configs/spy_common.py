@@ -67,44 +67,42 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   if "cpu_long" in variants:
     variants.append("cpu")
   if "cpu" in variants:
-    # Sized for ~10 minutes on 2 CPU cores: the train step over the detection prompts
-    # (reference document + every player's output) dominates, so documents are short.
+    # Sized for ~10 minutes on 2 CPU cores: the update over the prompts (rules, document,
+    # every player's output) dominates a step, so documents are short (docs/results.md).
     run_locally(c, "smollm2")
     c.data.source = "bundled"
-    # 8 steps (4 decision, 4 clue): with the answer prefill the players' summaries reach the
-    # detectors, whose prompts then pass 1000 tokens; a decision and a clue step take about
-    # 65-110 s on 2 cores with the shared-prompt update (README).
-    c.steps = 8
+    c.steps = 8  # 4 decision and 4 clue steps.
     c.sampling.temperature = 0.7  # A 135M model writes noticeably better below 1.0.
     c.spy.games_per_step = 2
-    # 4 detectors per game: groups of 2 often voted alike (no spread, nothing learnt).
-    c.spy.rollout_n = 4
+    # The paper's 8 detectors per game: they share one prompt, so they cost little, and
+    # groups of 2 or 4 often voted alike (no spread, nothing learnt).
+    c.spy.rollout_n = 8
     c.spy.truncate_words = 80
-    c.spy.player_max_new_tokens = 48
+    c.spy.player_max_new_tokens = 40
     c.spy.detector_max_new_tokens = 32
     # SmolLM2-135M never writes `Answer:` or a `\boxed{}` vote within these budgets by itself
     # (every reward was 0, so GRPO had nothing to learn from); with the markers it does.
     c.spy.answer_prefill = True
-    # Even with the prefill its free-form votes copied the prompt's `\boxed{k}` (25-100%
-    # invalid per step); restricted to the valid answers, every vote counts.
+    # Even with the prefill its free-form votes copied the prompt's `\boxed{k}` (many invalid
+    # per step); restricted to the valid answers, every vote counts.
     c.spy.constrained_vote = True
-    # Before/after detection accuracy on 8 games over held-out documents (~1.5 min each).
+    # Before/after on 8 held-out games, all in one sampler call per phase.
     c.heldout.size = 8
-    # A decision step whose detectors all miss (or all hit) has no signal: up to 3 rounds of
+    c.heldout.per_call = 8
+    # A decision step whose detectors all miss (or all hit) has no signal: up to 2 rounds of
     # games are played for groups with spread (DAPO's dynamic sampling).
     c.grpo.filter_groups = True
-    c.grpo.max_num_gen_batches = 3
+    c.grpo.max_num_gen_batches = 2
     c.checkpoint.every = 2
     if task == "summarisation" and "reports" not in variants:
       # The summarisation game on ~25-word fact sheets (`rlsvr.data.bundled.fact_sheets`):
-      # a 135M model restates six facts, and the spy's copy loses a fifth of the sheet.
+      # the reports' games carried nothing a detector could use (docs/results.md).
       c.spy.task = "facts"
       c.spy.truncate_words = 200  # Sheets are never cut.
   if "cpu_long" in variants:
-    # Does detection rise above chance at this scale? 10 decision + 10 clue steps, and a
-    # held-out evaluation whose standard error (16 games x 4 votes) can tell.
+    # 10 decision + 10 clue steps, and a held-out evaluation whose standard error
+    # (16 games x 8 votes) can tell a rise from noise.
     c.steps = 20
-    c.grpo.lr = 2e-5
     c.heldout.size = 16
     c.checkpoint.every = 6
   if "smoke" in variants:

@@ -48,7 +48,7 @@ def test_a_key_set_on_the_command_line_wins_over_the_variant():
 def test_the_cpu_variant_keeps_its_own_sizes():
   game = game_config(parse("configs/spy_summ.py:cpu"))
   assert (game.task, game.rollout_n, game.truncate_words, game.num_players) == (
-      "facts", 4, 200, 4)
+      "facts", 8, 200, 4)
   assert game.constrained_vote and game.answer_prefill
   reports = game_config(parse("configs/spy_summ.py:cpu,reports"))
   assert (reports.task, reports.truncate_words) == ("summarisation", 80)
