@@ -157,10 +157,10 @@ _FOODS = ("soup", "pizza", "curry", "sushi", "pancakes", "tacos", "salad", "dump
           "risotto", "falafel", "noodles", "paella", "stew", "waffles")
 
 
-def fact_sheet(rng: random.Random, i: int) -> str:
-  """One fact sheet: person `i`'s name, age, home town, job, pets and favourite food."""
+def fact_sheet(rng: random.Random) -> str:
+  """One fact sheet: a person's name, age, home town, job, pets and favourite food (no
+  header such as "Fact sheet 12.": a fact no summary needs, and a place to mask)."""
   name = f"{rng.choice(_FIRST_NAMES)} {rng.choice(_SURNAMES)}"
-  del i  # A header ("Fact sheet 12.") would be a fact no summary needs, and a place to mask.
   return (f"Name: {name}. Age: {rng.randint(19, 88)}. Home town: "
           f"{rng.choice(_CITIES)}. Job: {rng.choice(_JOBS)}. Pets: {rng.choice(_PETS)}. "
           f"Favourite food: {rng.choice(_FOODS)}.")
@@ -170,7 +170,7 @@ def fact_sheets(count: int, seed: int = 20251203) -> tuple[str, ...]:
   """`count` fact sheets drawn with `seed` (the bundled corpus: the first 1200 of seed
   20251203); ~28 million combinations, so any count a run needs is distinct enough."""
   rng = random.Random(seed)
-  return tuple(fact_sheet(rng, i) for i in range(count))
+  return tuple(fact_sheet(rng) for _ in range(count))
 
 
 def _build() -> dict[str, tuple[str, ...]]:

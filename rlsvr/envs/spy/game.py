@@ -319,15 +319,16 @@ class SpyGame:
     """(reference, public output) of `num_players` samples per reference with the plain
     task prompt (`prompts.plain_prompt`), `documents_per_call` references per call (rows
     as in a players' call)."""
-    n = self.config.num_players
+    n, prefill = self.config.num_players, self.prefill("player")
     out = []
     for i in range(0, len(references), max(documents_per_call, 1)):
-      refs = [r for r in references[i:i + documents_per_call] for _ in range(n)]
-      ids = [self.encode(prompts.plain_prompt(self.config, r), self.prefill("player"))
-             for r in refs]
-      for ref, completion in zip(refs, self._sample(sample, ids, self.config.player_max_new_tokens)):
-        text = self.prefill("player") + self.decode(completion.ids)
-        out.append((ref, mechanics.public_output(text, self.config.task).text))
+      chunk = references[i:i + documents_per_call]
+      ids = [self.encode(prompts.plain_prompt(self.config, r), prefill) for r in chunk]
+      completions = self._sample(sample, [p for p in ids for _ in range(n)],
+                                 self.config.player_max_new_tokens)
+      for j, completion in enumerate(completions):
+        text = prefill + self.decode(completion.ids)
+        out.append((chunk[j // n], mechanics.public_output(text, self.config.task).text))
     return out
 
   @staticmethod

@@ -34,27 +34,30 @@ _MATH_FORMAT = ("You may work it out first. Then put the problem, a short soluti
                 "answer inside one `\\boxed{...}`, e.g. `\\boxed{Problem: ... Solution: ... "
                 "Answer: ...}`.")
 
+
+def _answer_task(work: str, **fields) -> _TaskText:
+  """A task whose public output is the text after `Answer:` (all but math)."""
+  return _TaskText(work=work, output_format=_ANSWER_FORMAT.format(work=work),
+                   plain_format=_PLAIN_ANSWER_FORMAT.format(work=work), **fields)
+
+
 _TASKS = {
-    "summarisation": _TaskText(
+    "summarisation": _answer_task(
         doc="report",
         work="summary",
         instruction=("Write a faithful, self-contained summary of the report in about 150 to 300 "
                      "words: its purpose, its main findings and any recommendations. Do not "
                      "invent facts."),
-        output_format=_ANSWER_FORMAT.format(work="summary"),
-        plain_format=_PLAIN_ANSWER_FORMAT.format(work="summary"),
         look_for=("a summary that skips, blurs or guesses at one part of the report while covering "
                   "the rest well; vague wording or invented details exactly where a span of the "
                   "report could have been hidden; facts, numbers or names that the report states "
                   "but one player never uses."),
     ),
-    "facts": _TaskText(
+    "facts": _answer_task(
         doc="fact sheet",
         work="summary",
         instruction=("Summarise the fact sheet in one sentence that keeps every fact: the name, "
                      "age, home town, job, pets and favourite food."),
-        output_format=_ANSWER_FORMAT.format(work="summary"),
-        plain_format=_PLAIN_ANSWER_FORMAT.format(work="summary"),
         look_for=("a summary that leaves out a fact, gets a name, number or place wrong, or "
                   "shows `*` characters where its copy was masked; check every summary against "
                   "every fact of the sheet."),
@@ -62,13 +65,11 @@ _TASKS = {
         # about a fifth of the sheet's words, with it most (docs/results.md, spy game).
         prefill="Answer: Name:",
     ),
-    "writing": _TaskText(
+    "writing": _answer_task(
         doc="writing prompt",
         work="story",
         instruction=("Write a short original story (about 200 to 400 words) that answers the "
                      "writing prompt: follow every element of the prompt and make it vivid."),
-        output_format=_ANSWER_FORMAT.format(work="story"),
-        plain_format=_PLAIN_ANSWER_FORMAT.format(work="story"),
         look_for=("a story that ignores or bends one element of the prompt, stays generic where "
                   "the prompt is specific, or works around a detail it seems not to know; "
                   "compare each story with every element of the prompt."),
