@@ -1,4 +1,5 @@
-"""The README's "Extending" examples, run as written: each is one file a user adds."""
+"""The examples of README.md and docs/extending.md, run as written: each is one file a user adds."""
+import doctest
 import importlib
 import os
 import re
@@ -12,10 +13,30 @@ from rlsvr import metrics, plan, train
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Where the examples live: the reward function in the README, the other plug-ins in the docs.
+EXAMPLE_FILES = {"README.md": {"my_rewards.py"},
+                 "docs/extending.md": {"my_game.py", "repeat_config.py", "my_task.py",
+                                       "my_loss.py"}}
+
+
+def _blocks(kind: str, path: str) -> list[tuple[str, str]]:
+  """(name, code) of every python block after a `<!-- KIND: NAME -->` marker in `path`."""
+  text = open(os.path.join(REPO, path), encoding="utf-8").read()
+  return re.findall(rf"<!-- {kind}: (\S+) -->\n```python\n(.*?)```", text, re.DOTALL)
+
+
 def readme_examples() -> dict[str, str]:
-  """file name -> the code block after its `<!-- example: NAME -->` marker."""
-  text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
-  return dict(re.findall(r"<!-- example: (\S+) -->\n```python\n(.*?)```", text, re.DOTALL))
+  """file name -> the code block after its `<!-- example: NAME -->` marker, in every page."""
+  pages = ["README.md", *sorted(os.path.join("docs", f) for f in os.listdir(
+      os.path.join(REPO, "docs")) if f.endswith(".md"))]
+  found: dict[str, str] = {}
+  for page in pages:
+    blocks = _blocks("example", page)
+    assert {name for name, _ in blocks} == EXAMPLE_FILES.get(page, set()), page
+    for name, code in blocks:
+      assert name not in found, f"example {name} appears twice"
+      found[name] = code
+  return found
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +44,7 @@ def examples(tmp_path_factory):
   """The examples as modules on sys.path, as a user's project folder would be."""
   folder = tmp_path_factory.mktemp("user_project")
   found = readme_examples()
-  assert set(found) == {"my_game.py", "repeat_config.py", "my_rewards.py", "my_task.py",
-                        "my_loss.py"}
+  assert set(found) == set().union(*EXAMPLE_FILES.values())
   for name, code in found.items():
     (folder / name).write_text(code)
   (folder / "parity_judge.txt").write_text(
@@ -59,6 +79,16 @@ def test_a_trl_style_reward_function_is_named_by_path(examples):
                          completion_ids=[[], [1] * 100], columns={"answer": ["1", "2"]},
                          trainer_state=TrainerState(global_step=0, max_steps=1))
   np.testing.assert_allclose(scores.total, [1.0, 0.5])
+
+
+def test_the_readme_call_of_the_reward_function_prints_what_it_shows(examples):
+  """The README's `>>>` block, run as a doctest against the example module."""
+  blocks = _blocks("doctest", "README.md")
+  assert [name for name, _ in blocks] == ["my_rewards.py"]
+  test = doctest.DocTestParser().get_doctest(blocks[0][1], {}, "README", "README.md", 0)
+  assert test.examples
+  result = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS).run(test)
+  assert result.failed == 0 and result.attempted == len(test.examples)
 
 
 def test_a_new_rlsr_task_is_one_module(examples):
