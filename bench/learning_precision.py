@@ -12,7 +12,7 @@ step's sampler weights (`sampling_params`), builds the GRPO batch and makes one
 the weights live:
 
   fp32 masters, bf16 compute   the paper configs
-  bf16 storage                 weights and compute in bf16 (the old `model.dtype=bfloat16`)
+  bf16 storage                 weights and compute in bf16
   fp32                         everything float32
 
 At a learning rate near a bf16 ulp of the weights (random init std 0.2:

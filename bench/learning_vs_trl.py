@@ -42,14 +42,6 @@ norms from weight decay, ours decays every weight (no decay by default: --weight
 TRL 1.16 has no max_prompt_length: neither side truncates prompts. Step 1 includes our XLA
 compilation (and TRL's warm-up); the timing means skip step 1 (`first_step_s` has it).
 
-Measured (4 x 4, 16 tokens, lr 2e-5, 15 steps; the default shape: at 4 x 8 x 24 TRL took
-far more than 20 s/step here). length, last 5 steps: seed 0 -0.99 +- 0.05 (ours) vs
--1.44 +- 0.06 (TRL); seed 1 -0.57 +- 0.05 vs -0.53 +- 0.03. Seconds per step on an idle
-machine (seed 1): 14.1 vs 13.9, ratio 1.01 (sampling 0.52, update 1.24). Seed 0 ran
-under load (2.6-4.1), which slowed TRL's torch threads far more than XLA: ratio 0.26
-there. math (GSM8K), seed 0: 0.138 +- 0.025 vs 0.125 +- 0.015 (no learning at 135M in
-15 steps); ratio 1.14, as the 105-185-token prompts pad to 256 in most steps.
-
 Outputs in --out: learning_vs_trl.json (all numbers), learning_vs_trl.png, and per seed
 ours/ (metrics.jsonl, rollouts; checkpoints deleted), trl.json, *.log.
 """

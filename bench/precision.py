@@ -11,8 +11,7 @@ changed, the same for the RMSNorm scales alone, and the steady step time
 
   fp32 masters, bf16 compute   the paper configs (model.param_dtype=float32,
                                model.compute_dtype=bfloat16)
-  bf16 storage                 params and compute in bf16 (optimizer moments fp32):
-                               what `model.dtype=bfloat16` did before
+  bf16 storage                 params and compute in bf16 (optimizer moments fp32)
   fp32                         everything float32 (the CPU default)
 
 XLA:CPU runs bf16 matmuls slower than fp32 (../shared/TOOLCHAIN.md): the CPU

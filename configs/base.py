@@ -12,7 +12,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.steps = 200  # Training steps; each step plays whole games and makes one update.
   c.workdir = ""  # Output folder; --workdir wins; empty: runs/<config name>.
   # Refuse to start when the memory plan (`python -m rlsvr.plan`) does not fit the devices.
-  # Its activation terms are estimates (~1.1-1.4x XLA's own on CPU): False overrides it.
+  # Its activation terms are estimates, not XLA's own buffer sizes: False overrides it.
   c.check_memory = True
   # A rerun in a workdir with checkpoints resumes it, and refuses when a key that changes
   # results (model, data, optimizer, game, judge, ...) differs from the checkpoint's run;

@@ -67,7 +67,7 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   if "cpu_long" in variants:
     variants.append("cpu")
   if "cpu" in variants:
-    # Sized for ~10 minutes on 2 CPU cores: the update over the prompts (rules, document,
+    # Sized for minutes on 2 CPU cores: the update over the prompts (rules, document,
     # every player's output) dominates a step, so documents are short (docs/results.md).
     run_locally(c, "smollm2")
     c.data.source = "bundled"

@@ -120,9 +120,8 @@ def batch_spec(mesh: Mesh, rows: int) -> P:
 
 # Rows of a sampler call from which CPU weights on one device are copied to every host
 # device for it, each decoding its share of the rows (`host_split_mesh`). Fewer rows: each
-# device reading every weight costs more than the second core gains. `bench/sampler.py`,
-# one device vs data=2 time, 2 cores: SmolLM2 1.30x at 8 rows, 1.19x at 16, 0.95x at 32
-# and 64; tiny Qwen3 0.75x at 32, 0.66x at 128.
+# device reading every weight costs more than the second core gains; from 32 rows on the
+# split wins (one device against data=2: `bench/sampler.py`).
 HOST_SPLIT_MIN_ROWS = 32
 
 

@@ -216,8 +216,7 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
   notes += [f"prompt tokens per call before bucketing: {prompt_len} (--prompt_tokens=name=N)",
             "buckets as the sampler's and the train batch's; train rows split over data·fsdp",
             "params, optimizer state, KV caches: exact for these shapes; activations: estimates "
-            f"(attention in blocks of {DEFAULT_BLOCK} queries; before blocking the estimates "
-            "were 1.1-1.4x XLA's CPU buffer sizes for fp32 on one device)"]
+            f"(attention in blocks of {DEFAULT_BLOCK} queries)"]
   header = (f"{c.model.source}: {n_params / 1e9:.2f}B params, {master} masters, {compute} "
             f"compute, L{m.num_layers} "
             f"D{m.hidden_size} H{m.num_heads} K{m.num_kv_heads} V{m.vocab_size}\nmesh {sizes} "

@@ -73,10 +73,9 @@ def exec_with_huge_pages() -> None:
   at start-up. Call it first, before any work.
 
   XLA:CPU allocates a program's large buffers afresh on every run, and glibc maps each
-  from the kernel, so every step faults in each 4 KiB page again: about a million page
-  faults per SmolLM2 update step. On 2 MiB pages the same update took 0.84x the time
-  (bench/train_step.py, interleaved in one process). Harmless where the kernel offers no
-  huge pages or the C library is not glibc (the variable is then ignored).
+  from the kernel, so every step faults in each 4 KiB page again; on 2 MiB pages an
+  update faults far less and runs faster (bench/train_step.py). Harmless where the
+  kernel offers no huge pages or the C library is not glibc (the variable is then ignored).
   """
   env = huge_pages_env()
   if env is not None:

@@ -26,7 +26,7 @@ def _attend(q_BxTxKxGxDh, k_BxKxDhxS, v_BxKxSxDh, kv_valid_BxS, query_slot_T):
   scale = 1.0 / math.sqrt(q_BxTxKxGxDh.shape[-1])
   # Queries moved head-major first (a small copy), so both matmuls produce the layout the
   # softmax reads: from q's own layout XLA:CPU computed the scores S-major and transposed the
-  # whole T x S matrix twice (the forward took 37% longer at 2048 tokens, bench/forward.py).
+  # whole T x S matrix twice, which slows long forwards (bench/forward.py).
   q_BxKxGxTxDh = q_BxTxKxGxDh.transpose(0, 2, 3, 1, 4)
   scores = jnp.einsum("bkgtd,bkds->bkgts", q_BxKxGxTxDh, k_BxKxDhxS.astype(q_BxTxKxGxDh.dtype),
                       preferred_element_type=jnp.float32) * scale

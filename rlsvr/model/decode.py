@@ -21,22 +21,19 @@ cache around:
   cache per row.
 - The layers are unrolled in Python over per-layer weights instead of scanned
   over stacked [L, ...] arrays. Inside a loop, XLA:CPU materialises every
-  layer slice of a stacked array as a copy before its matmul (a profile of
-  SmolLM2-135M at batch 8 had those copies at 40% of a step). `decode_weights`
-  pays that copy once per decode call: the loop then reads the weights in place.
+  layer slice of a stacked array as a copy before its matmul (in profiles those
+  copies were a large share of a step). `decode_weights` pays that copy once per
+  decode call: the loop then reads the weights in place.
 - The step is feature-major: activations are [features, B] and weights [out, in],
   so each matmul is W @ x with the many output features as its rows, not x @ W
-  with B rows. XLA:CPU's matmul kernels waste most of their work on few rows:
-  in a loop of SmolLM2-135M MLPs at batch 8 this layout took 0.57x the time
-  (tiny Qwen3 at batch 32: 0.68x). Whole sampler calls against the batch-major
-  step: 18% faster at SmolLM2 batch 8, 3% at tiny Qwen3 batch 8, even at batch
-  32, 8% slower at batch 128, where both layouts have rows enough. `decode_weights`
+  with B rows. XLA:CPU's matmul kernels waste most of their work on few rows, so
+  this layout wins at small batches and is about even once both layouts have
+  rows enough (batch 128); sampler speed: bench/sampler.py. `decode_weights`
   transposes while it copies. Attention and the cache stay batch-major; only
   q, k, v and the attention output, small arrays, change layout. The step ends
   feature-major too: logits [vocab, batch] from head [V, D] @ hidden [D, B], and
-  the sampler samples them in that layout (`strategies.sample_vocab_first`).
-  Against batch-major logits, whole greedy sampler calls of the tiny Qwen3 took
-  0.88x the time at batch 32 and 0.96x at batch 128 (fewer, cheaper ops per step).
+  the sampler samples them in that layout (`strategies.sample_vocab_first`):
+  fewer, cheaper ops per step than transposing to batch-major logits.
 - The generated slots are a separate array per layer and per chunk: each layer
   writes its new slot in place in its own (donated, loop-carried) buffer and
   reads the cache without a copy (a stacked cache is sliced, i.e. copied, per layer).

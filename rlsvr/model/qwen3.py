@@ -127,7 +127,7 @@ def layer(config: ModelConfig, w: Params, x, sin, cos, attend: Callable, *,
     if features_last:
       # One 2-D matmul over all positions: its weight gradient then contracts a single
       # dimension. Contracting (B, T) made XLA:CPU write a transposed copy of the MLP's
-      # activations for every layer's backward (a SmolLM2 update 11% slower).
+      # activations for every layer's backward, slowing the update (bench/train_step.py).
       k_in = math.prod(kernel.shape[:n_in])
       y = jnp.dot(x.reshape(-1, k_in), kernel.reshape(k_in, -1))
       y = y.reshape(*x.shape[:x.ndim - n_in], *kernel.shape[n_in:])

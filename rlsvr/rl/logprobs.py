@@ -67,7 +67,7 @@ def logprobs_from_hidden(config: ModelConfig, params, hidden_BxTxD, tokens_BxT, 
   if n_chunks > 1:
     # Remat: the backward pass recomputes each chunk's logits instead of storing them all.
     # One chunk (within the budget by `chunk_len`) is kept: recomputing it would cost a
-    # whole extra unembedding matmul (7% of a SmolLM2 update, bench/train_step.py).
+    # whole extra unembedding matmul, a visible share of an update (bench/train_step.py).
     body = jax.checkpoint(body)
 
   _, (logp_NxBxC, entropy_NxBxC) = jax.lax.scan(body, None, (hidden_NxBxCxD, targets_NxBxC))

@@ -134,8 +134,8 @@ def _prefill(params, tokens_UxP, pads_U, done_B, node_B, *, config: ModelConfig,
 
 
 # The decode step's copy of the weights (`decode.decode_weights`), once per sampler
-# call: inside `_decode` it was redone for every chunk of a call with stop strings
-# (SmolLM2 at batch 8, 16-token chunks: calls 13% slower) and for every slice.
+# call: inside `_decode` it would be redone for every chunk of a call with stop strings
+# and for every slice, a cost bench/sampler.py shows at small batches.
 _decode_weights = jax.jit(decode_lib.decode_weights, static_argnums=0)
 
 
@@ -189,8 +189,8 @@ def _decode(params, weights: decode_lib.DecodeWeights, state: DecodeState, stop_
 class _LaidOut:
   """The weights of the params last sampled from, as the decode loop reads them, kept
   while those params live: every sampler call of a training step passes the same
-  arrays (a game's rounds, a held-out evaluation), and laying SmolLM2-135M out took
-  160 ms a call, against 1.4 s for a 16-token GRPO call of 16 rows.
+  arrays (a game's rounds, a held-out evaluation), and laying the weights out is a
+  sizeable share of a short sampler call.
 
   Keyed by the identity of the params' jax arrays (immutable, so same arrays, same
   weights), through weak references: once the params die the copy is dropped with
