@@ -183,8 +183,8 @@ def test_an_environment_may_keep_extra_models(tmp_path):
 
 
 # The generic machinery, and the names it must not contain.
-GENERIC = ("rlsvr/train.py", "rlsvr/checkpoint.py", "rlsvr/plan.py", "rlsvr/plan_costs.py",
-           "rlsvr/metrics.py", "rlsvr/rl")
+GENERIC = ("rlsvr/train.py", "rlsvr/train_loop.py", "rlsvr/checkpoint.py", "rlsvr/plan.py",
+           "rlsvr/plan_costs.py", "rlsvr/metrics.py", "rlsvr/rl")
 ENV_WORDS = ("spy", "rlsr", "judge", "self_judge", "countdown", "integration", "detector")
 
 
