@@ -138,89 +138,159 @@ class MemoryPlan:
     return "\n".join(lines + ["assumptions:"] + [f"  - {a}" for a in self.assumptions])
 
 
-def plan(c, num_devices: int, device_memory_bytes: int | None = None,
-         estimates: Estimates = Estimates()) -> MemoryPlan:
-  """The per-device memory plan of config `c` on `num_devices` devices (none needed here)."""
-  from rlsvr.rl.logprobs import chunk_len  # noqa: PLC0415
+@dataclasses.dataclass(frozen=True)
+class _Sharded:
+  """A config's model on a mesh: what every component of its plan is computed from."""
 
-  m = model_config_of(c.model.source)
-  sizes = mesh_sizes(dict(c.mesh.shape), num_devices)
-  # pb: the compute dtype (sampler copy, reference, judge, activations); masters in param_dtype.
+  model: ModelConfig
+  sizes: dict[str, int]
+  data_shards: int  # data x fsdp: train rows and sampler prompts split over these.
+  tensor_shards: int
+  compute: str  # The sampler copy, reference, judge and activations; masters in `master`.
+  master: str
+  compute_bytes: int  # Per device, of one copy of the params in each dtype.
+  float32_bytes: int
+  master_bytes: int
+  sharding: str  # How the params are split, as the table prints it.
+  # Parameters all-gathered where used when the weights are split (0 when they are not).
+  gathered_params: int
+
+  @property
+  def compute_itemsize(self) -> int:
+    return _ITEMSIZE[self.compute]
+
+  @property
+  def copies(self) -> bool:  # The sampler and each forward read a compute-dtype copy.
+    return self.compute != self.master
+
+
+def _shard(c, num_devices: int) -> _Sharded:
+  model, sizes = model_config_of(c.model.source), mesh_sizes(dict(c.mesh.shape), num_devices)
   compute, master = c.model.compute_dtype, c.model.param_dtype
-  nb, t, pb, n_params = sizes["data"] * sizes["fsdp"], sizes["tensor"], _ITEMSIZE[compute], \
-      m.num_params()
-  (p_bytes, how), (f32_bytes, _) = param_bytes(m, sizes, pb), param_bytes(m, sizes, 4)
-  master_bytes = param_bytes(m, sizes, _ITEMSIZE[master])[0]
-  copies = compute != master  # The sampler and each forward read a compute-dtype copy.
-  res = lambda name, nbytes=p_bytes, sharding=how: Component("resident", name, nbytes, sharding)
-  comps = [res(f"master params ({master})", master_bytes),
-           res("AdamW mu + nu (float32)", 2 * f32_bytes)]
-  if c.grpo.kl_coef > 0:
-    comps.append(res(f"reference params ({compute})"))
-  registry.import_plugins(c)
-  env = registry.get(c.env).plan(c, estimates)
-  models = {"": m}  # The sampler's model of each call: the policy or an extra model.
-  for name, source in env.extra_models.items():
-    models[name] = model_config_of(source) if source else m
-    comps.append(res(f"{name} params ({source or 'a copy of the policy'})",
-                     *param_bytes(models[name], sizes, pb)))
-  if not env.extra_models:  # init_train_state copies the loaded params while they are alive.
-    comps.append(Component("init", "loaded params during init_train_state", master_bytes, how))
+  data_shards, tensor_shards = sizes["data"] * sizes["fsdp"], sizes["tensor"]
+  compute_bytes, sharding = param_bytes(model, sizes, _ITEMSIZE[compute])
   # Weights split over the mesh are all-gathered where used: count the embedding (+ head)
   # and one layer whole. Which of them XLA holds at once is its choice: an estimate.
-  embed = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
-  gathered = embed + (n_params - embed) // m.num_layers if nb * t > 1 else 0
+  embed = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
+  one_layer = (model.num_params() - embed) // model.num_layers
+  return _Sharded(model=model, sizes=sizes, data_shards=data_shards, tensor_shards=tensor_shards,
+                  compute=compute, master=master, compute_bytes=compute_bytes,
+                  float32_bytes=param_bytes(model, sizes, 4)[0],
+                  master_bytes=param_bytes(model, sizes, _ITEMSIZE[master])[0],
+                  sharding=sharding,
+                  gathered_params=embed + one_layer if data_shards * tensor_shards > 1 else 0)
 
-  notes = list(env.notes)
+
+def _resident(c, s: _Sharded, env: registry.EnvPlan,
+              models: dict[str, ModelConfig]) -> list[Component]:
+  """Always held: masters, AdamW moments, the reference and the environment's extra models
+  (`models`, by name); and the init phase's loaded params."""
+  held = lambda name, nbytes=s.compute_bytes, sharding=s.sharding: Component(
+      "resident", name, nbytes, sharding)
+  comps = [held(f"master params ({s.master})", s.master_bytes),
+           held("AdamW mu + nu (float32)", 2 * s.float32_bytes)]
+  if c.grpo.kl_coef > 0:
+    comps.append(held(f"reference params ({s.compute})"))
+  for name, source in env.extra_models.items():
+    comps.append(held(f"{name} params ({source or 'a copy of the policy'})",
+                      *param_bytes(models[name], s.sizes, s.compute_itemsize)))
+  if not env.extra_models:  # init_train_state copies the loaded params while they are alive.
+    comps.append(Component("init", "loaded params during init_train_state", s.master_bytes,
+                           s.sharding))
+  return comps
+
+
+def _prompt_lengths(env: registry.EnvPlan, estimates: Estimates) -> dict[str, int]:
+  """Prompt tokens of each sampler call: the environment's estimate or --prompt_tokens."""
   overrides = dict(estimates.prompt_tokens)
   if set(overrides) - {call.name for call in env.calls}:
     raise ValueError(f"--prompt_tokens names {sorted(overrides)}; calls: "
                      f"{[call.name for call in env.calls]}")
-  prompt_len = {call.name: overrides.get(call.name, call.prompt_tokens) for call in env.calls}
+  return {call.name: overrides.get(call.name, call.prompt_tokens) for call in env.calls}
+
+
+def _sampler_phase(c, s: _Sharded, call: registry.SamplerCall, prompt_tokens: int,
+                   model: ModelConfig) -> list[Component]:
+  comps = sample_phase(call.name, call.rows, prompt_tokens, call.new_tokens, model,
+                       s.compute_itemsize, s.data_shards, s.tensor_shards,
+                       s.gathered_params if model is s.model else 0, DEFAULT_BLOCK,
+                       max_rows=c.sampling.max_rows, max_cache_tokens=c.sampling.max_cache_tokens,
+                       per_prompt=call.rows_per_prompt)
+  if s.copies:  # Made once per step; alive while the step plays.
+    comps.append(Component(comps[0].phase, f"policy weights for the sampler ({s.compute} copy)",
+                           s.compute_bytes, s.sharding))
+  return comps
+
+
+def _train_phase(c, s: _Sharded, train: registry.TrainPhase,
+                 prompt_lengths: dict[str, int]) -> list[Component]:
+  """One update over `train`'s rows, padded as `rlsvr.rl.batch` pads them."""
+  from rlsvr.rl.logprobs import chunk_len  # noqa: PLC0415
+
+  prompt_len = batch_bucket(max(prompt_lengths[call] for call in train.calls))
+  completion_len = batch_bucket(train.completion_tokens)
+  micro_batch_config = c.grpo.micro_batch_size  # 0: the whole batch at once.
+  # The trainer pads the rows to whole micro-batches, each split over the data shards.
+  rows_multiple = (math.lcm(micro_batch_config, s.data_shards) if micro_batch_config
+                   else s.data_shards)
+  batch_rows = -(-train.rows // rows_multiple) * rows_multiple
+  micro_batch_rows = micro_batch_config or batch_rows
+  split = micro_batch_rows % s.data_shards == 0
+  rows_per_device = micro_batch_rows // s.data_shards if split else micro_batch_rows
+  phase = (f"train: {train.name} ({batch_rows} rows, micro-batch {micro_batch_rows}, "
+           f"T={prompt_len}+{completion_len})")
+  logits_chunk = c.grpo.get("logits_chunk", 0) or chunk_len(
+      micro_batch_rows, completion_len + 1, s.model.vocab_size)
+  comps = [Component(phase, "FSDP-gathered embedding + one layer, and their grads",
+                     s.gathered_params * (s.compute_itemsize + 4), "whole", estimate=True)
+           ] if s.gathered_params else []
+  activations = train_activations(
+      s.model, rows_per_device, prompt_len + completion_len, completion_len, s.compute_itemsize,
+      remat=c.grpo.remat, t=s.tensor_shards, chunk=logits_chunk, block=DEFAULT_BLOCK)
+  # Two full-length and two completion-length 4-byte arrays per row, twice: the host
+  # batch and its micro-batch split.
+  batch_bytes = 2 * batch_rows * (2 * (prompt_len + completion_len) + 2 * completion_len) * 4
+  comps += [
+      Component(phase, "gradient accumulator (float32)", s.float32_bytes, s.sharding),
+      Component(phase, f"micro-batch gradients ({s.compute})", s.compute_bytes, s.sharding),
+      Component(phase, f"activations, {rows_per_device} rows, remat={c.grpo.remat}", activations,
+                f"rows/{s.data_shards} (data·fsdp)" if rows_per_device < micro_batch_rows
+                else "micro-batch whole", estimate=True),
+      Component(phase, "batch arrays (host numpy: whole) + micro split", batch_bytes, "whole",
+                estimate=True)]
+  if s.copies:  # Cast once per update, alive through its micro-batches.
+    comps.append(Component(phase, f"weights of the forward ({s.compute} copy)", s.compute_bytes,
+                           s.sharding))
+  return comps
+
+
+def plan(c, num_devices: int, device_memory_bytes: int | None = None,
+         estimates: Estimates = Estimates()) -> MemoryPlan:
+  """The per-device memory plan of config `c` on `num_devices` devices (none needed here)."""
+  s = _shard(c, num_devices)
+  registry.import_plugins(c)
+  env = registry.get(c.env).plan(c, estimates)
+  # The sampler's model of each call: the policy ("") or an extra model.
+  models = {"": s.model, **{name: model_config_of(source) if source else s.model
+                            for name, source in env.extra_models.items()}}
+  comps = _resident(c, s, env, models)
+  prompt_lengths = _prompt_lengths(env, estimates)
   for call in env.calls:
-    mm = models[call.model]
-    phase_comps = sample_phase(call.name, call.rows, prompt_len[call.name], call.new_tokens, mm,
-                               pb, nb, t, gathered if mm is m else 0, DEFAULT_BLOCK,
-                               max_rows=c.sampling.max_rows,
-                               max_cache_tokens=c.sampling.max_cache_tokens,
-                               per_prompt=call.rows_per_prompt)
-    if copies:  # Made once per step; alive while the step plays.
-      phase_comps.append(Component(phase_comps[0].phase, f"policy weights for the sampler "
-                                   f"({compute} copy)", p_bytes, how))
-    comps += phase_comps
-  mb_cfg = c.grpo.micro_batch_size
-  for name, rows, prompts_of, new in ((p.name, p.rows, p.calls, p.completion_tokens)
-                                      for p in env.phases):
-    p, cl = batch_bucket(max(prompt_len[call] for call in prompts_of)), batch_bucket(new)
-    multiple = math.lcm(mb_cfg, nb) if mb_cfg else nb
-    b = -(-rows // multiple) * multiple
-    mb = mb_cfg or b
-    rd = mb // nb if mb % nb == 0 else mb
-    phase = f"train: {name} ({b} rows, micro-batch {mb}, T={p}+{cl})"
-    chunk = c.grpo.get("logits_chunk", 0) or chunk_len(mb, cl + 1, m.vocab_size)
-    comps += [Component(phase, "FSDP-gathered embedding + one layer, and their grads",
-                        gathered * (pb + 4), "whole", estimate=True)] if gathered else []
-    comps += [
-        Component(phase, "gradient accumulator (float32)", f32_bytes, how),
-        Component(phase, f"micro-batch gradients ({compute})", p_bytes, how),
-        Component(phase, f"activations, {rd} rows, remat={c.grpo.remat}",
-                  train_activations(m, rd, p + cl, cl, pb, remat=c.grpo.remat, t=t, chunk=chunk,
-                                    block=DEFAULT_BLOCK),
-                  f"rows/{nb} (data·fsdp)" if rd < mb else "micro-batch whole", estimate=True),
-        Component(phase, "batch arrays (host numpy: whole) + micro split",
-                  2 * b * (2 * (p + cl) + 2 * cl) * 4, "whole", estimate=True)]
-    if copies:  # Cast once per update, alive through its micro-batches.
-      comps.append(Component(phase, f"weights of the forward ({compute} copy)", p_bytes, how))
+    comps += _sampler_phase(c, s, call, prompt_lengths[call.name], models[call.model])
+  for train in env.phases:
+    comps += _train_phase(c, s, train, prompt_lengths)
   comps.append(Component("optimizer update", "gradients + fp32 params + updates (float32)",
-                         3 * f32_bytes, how, estimate=True))
-  notes += [f"prompt tokens per call before bucketing: {prompt_len} (--prompt_tokens=name=N)",
-            "buckets as the sampler's and the train batch's; train rows split over data·fsdp",
-            "params, optimizer state, KV caches: exact for these shapes; activations: estimates "
-            f"(attention in blocks of {DEFAULT_BLOCK} queries)"]
-  header = (f"{c.model.source}: {n_params / 1e9:.2f}B params, {master} masters, {compute} "
-            f"compute, L{m.num_layers} "
-            f"D{m.hidden_size} H{m.num_heads} K{m.num_kv_heads} V{m.vocab_size}\nmesh {sizes} "
-            f"({math.prod(sizes.values())} of {num_devices} devices)")
+                         3 * s.float32_bytes, s.sharding, estimate=True))
+  notes = [*env.notes,
+           f"prompt tokens per call before bucketing: {prompt_lengths} (--prompt_tokens=name=N)",
+           "buckets as the sampler's and the train batch's; train rows split over data·fsdp",
+           "params, optimizer state, KV caches: exact for these shapes; activations: estimates "
+           f"(attention in blocks of {DEFAULT_BLOCK} queries)"]
+  m = s.model
+  header = (f"{c.model.source}: {m.num_params() / 1e9:.2f}B params, {s.master} masters, "
+            f"{s.compute} compute, L{m.num_layers} D{m.hidden_size} H{m.num_heads} "
+            f"K{m.num_kv_heads} V{m.vocab_size}\nmesh {s.sizes} "
+            f"({math.prod(s.sizes.values())} of {num_devices} devices)")
   return MemoryPlan(tuple(comps), header, tuple(notes), device_memory_bytes)
 
 
