@@ -146,12 +146,13 @@ def task_rows(task: str, model_dir: str, limit: int) -> tuple[list[dict], bool]:
   """(rows with a `prompt` column and the reward columns, whether prompts are chat)."""
   if task == "length":
     return [{"prompt": p} for p in LENGTH_PROMPTS[:limit or None]], True
+  from rlsvr.data import math_datasets  # noqa: PLC0415
   from rlsvr.eval import math_suites  # noqa: PLC0415
   from rlsvr.model.tokenizer import load_tokenizer  # noqa: PLC0415
 
   tok = load_tokenizer(model_dir)
   rows = []
-  for item in math_suites.load("gsm8k", "", limit=limit or 64, seed=0):
+  for item in math_datasets.load("gsm8k", "", limit=limit or 64, seed=0):
     text = tok.apply_chat_template([{"role": "user", "content": math_suites.prompt(item)}],
                                    tokenize=False, add_generation_prompt=True)
     rows.append({"prompt": text + MATH_PREFILL, "answer": item.answer})

@@ -105,6 +105,18 @@ def test_model_and_sampling_import_no_higher_layer(lower):
   assert _imports_from(lower, ("rlsvr.rl", "rlsvr.envs", "rlsvr.train")) == []
 
 
+def test_data_imports_no_environment_or_evaluation():
+  """Datasets sit below both their readers: environments and evaluation import `rlsvr.data`."""
+  assert _imports_from("rlsvr.data", ("rlsvr.envs", "rlsvr.eval", "rlsvr.rewards")) == []
+
+
+def test_environments_import_no_evaluation_suite():
+  """Environments read datasets from `rlsvr.data`, not through the suites that score them
+  (`eval.runner`'s `mean_stderr`, a plain statistic, is still shared)."""
+  assert [edge for edge in _imports_from("rlsvr.envs", ("rlsvr.eval",))
+          if not edge.endswith(" -> rlsvr.eval.runner")] == []
+
+
 def test_model_imports_nothing_outside_it():
   """The bottom layer: `parallel`, `sampling` and everything above build on it."""
   assert [edge for edge in _imports_from("rlsvr.model", ("rlsvr",))

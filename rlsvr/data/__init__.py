@@ -1,4 +1,9 @@
-"""Corpora for the environments: hub datasets, local files, bundled documents."""
+"""Datasets, read by the environments and the evaluation alike (never the reverse).
+
+`corpora` (the spy tasks' documents; its names are re-exported here), `bundled`
+(generated documents), `sources` (rows from the shared data folder, local files,
+the hub), `math_datasets` (math sets as `MathItem`s).
+"""
 from rlsvr.data.corpora import (
     TASK_SOURCES,
     CorpusError,

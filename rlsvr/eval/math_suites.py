@@ -1,10 +1,11 @@
-"""Math and reasoning benchmarks (the SpyRL table): loaders, prompts, extraction, scoring.
+"""Math and reasoning benchmarks (the SpyRL table): prompts, extraction, scoring.
 
-Datasets: gsm8k, math500, aime24, aime25, amc23, minerva_math (free-form
-answers, equivalence by math-verify), mmlu_pro and gpqa_diamond (multiple
-choice, letter match; GPQA is not shipped: give its CSV or "hub"). Every
-prompt asks for the final answer in `\\boxed{}`; the last balanced box of a
-response is its answer. pass@1 is averaged over `samples` responses per item.
+Datasets (`rlsvr.data.math_datasets`): gsm8k, math500, aime24, aime25, amc23,
+minerva_math (free-form answers, equivalence by math-verify), mmlu_pro and
+gpqa_diamond (multiple choice, letter match; GPQA is not shipped: give its CSV
+or "hub"). Every prompt asks for the final answer in `\\boxed{}`; the last
+balanced box of a response is its answer (`math_datasets.last_boxed`). pass@1
+is averaged over `samples` responses per item.
 
 math-verify parses untrusted text with SymPy, which can hang. So that a
 verdict does not depend on the machine's load, the work is bounded by size,
@@ -18,144 +19,32 @@ comparison that hits it counts as wrong and is counted (`scoring_timeouts`).
 """
 from __future__ import annotations
 
-import dataclasses
-import random
 import re
 import threading
 import zlib
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from rlsvr.eval import data
-from rlsvr.eval.data import HubSource
+from rlsvr.data import math_datasets
+from rlsvr.data.math_datasets import LETTERS, MAX_ANSWER_CHARS, MathItem, last_boxed
 
-MAX_ANSWER_CHARS = 500
 MAX_PARSED_NODES = 400
 # 10^{12345}, 2^{3^{4}}, 1234!: numbers SymPy would compute exactly, at any cost.
 _HUGE_NUMBER = re.compile(r"\^\s*\{?\s*[-+]?\d{4,}|\^\s*\{[^{}]*\^|\d{4,}\s*!|\*\*\s*\(?\s*\d{4,}")
 _TAIL_CHARS = 400  # Unboxed responses: math-verify looks at this tail only.
-_LETTERS = "ABCDEFGHIJ"
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 MC_INSTRUCTION = ("Please reason step by step, and put the letter of your final answer "
                   "(e.g. \\boxed{A}) within \\boxed{}.")
 
 
-@dataclasses.dataclass(frozen=True)
-class MathItem:
-  """One question; multiple choice when `choices` is set (then `answer` is a letter)."""
-
-  id: str
-  question: str
-  answer: str
-  choices: tuple[str, ...] = ()
-
-
-def _number(value: Any) -> str:
-  """27.0 -> "27" (AMC keys are floats), other values as text."""
-  if isinstance(value, float) and value.is_integer():
-    return str(int(value))
-  return str(value).strip()
-
-
-def _free_form(question: tuple[str, ...], answer: Callable[[dict[str, Any]], Any]):
-  def convert(row: dict[str, Any], index: int, seed: int) -> MathItem:
-    del seed
-    return MathItem(str(row.get("id", row.get("unique_id", row.get("idx", index)))),
-                    str(data.first_field(row, question, "question")), _number(answer(row)))
-  return convert
-
-
-def _gsm8k_answer(row: dict[str, Any]) -> str:
-  return str(row["answer"]).split("####")[-1].strip().replace(",", "")
-
-
-def _minerva_answer(row: dict[str, Any]) -> str:
-  if row.get("answer") not in (None, ""):
-    return str(row["answer"])
-  box = last_boxed(str(row["solution"]))
-  if box is None:
-    raise data.DataError("minerva_math: a solution has no \\boxed{} answer")
-  return box
-
-
-def _mmlu_pro(row: dict[str, Any], index: int, seed: int) -> MathItem:
-  del seed
-  options = tuple(str(o) for o in row["options"])
-  return MathItem(str(row.get("question_id", index)), str(row["question"]), str(row["answer"]),
-                  options)
-
-
-def _gpqa(row: dict[str, Any], index: int, seed: int) -> MathItem:
-  correct = str(row["Correct Answer"]).strip()
-  options = [correct] + [str(row[f"Incorrect Answer {k}"]).strip() for k in (1, 2, 3)]
-  random.Random(f"{seed}-{index}").shuffle(options)  # seeded: same order on every rerun
-  return MathItem(str(row.get("Record ID", index)), str(row["Question"]).strip(),
-                  _LETTERS[options.index(correct)], tuple(options))
-
-
-@dataclasses.dataclass(frozen=True)
-class Suite:
-  local: str | None
-  hub: HubSource | None
-  convert: Callable[[dict[str, Any], int, int], MathItem]
-
-
-SUITES = {
-    "gsm8k": Suite("gsm8k/test.jsonl", HubSource("openai/gsm8k", "main"),
-                   _free_form(("question",), _gsm8k_answer)),
-    "math500": Suite("math500/test.jsonl", HubSource("HuggingFaceH4/MATH-500"),
-                     _free_form(("problem",), lambda r: r["answer"])),
-    "aime24": Suite("aime24/test.jsonl", HubSource("HuggingFaceH4/aime_2024", split="train"),
-                    _free_form(("problem", "question"), lambda r: r["answer"])),
-    "aime25": Suite("aime25/test.jsonl", HubSource("math-ai/aime25"),
-                    _free_form(("problem", "question"), lambda r: r["answer"])),
-    "amc23": Suite("amc23/test.jsonl", HubSource("math-ai/amc23"),
-                   _free_form(("problem", "question"), lambda r: r["answer"])),
-    "minerva_math": Suite("minerva_math/test.jsonl", HubSource("math-ai/minervamath"),
-                          _free_form(("problem", "question"), _minerva_answer)),
-    "mmlu_pro": Suite("mmlu_pro/mmlu_pro_test_full.jsonl", HubSource("TIGER-Lab/MMLU-Pro"),
-                      _mmlu_pro),
-    "gpqa_diamond": Suite(None, HubSource("Idavidrein/gpqa", "gpqa_diamond", "train"), _gpqa),
-}
-
-
-def load(name: str, spec: str = "", *, limit: int = 0, seed: int = 0) -> list[MathItem]:
-  """The items of dataset `name` from `spec` (see `rlsvr.eval.data`)."""
-  if name not in SUITES:
-    raise ValueError(f"unknown math dataset {name!r}; known: {sorted(SUITES)}")
-  suite = SUITES[name]
-  rows = data.load_rows(name, spec, local=suite.local, hub=suite.hub, limit=limit)
-  return [suite.convert(row, i, seed) for i, row in enumerate(rows)]
-
-
 def prompt(item: MathItem) -> str:
   if not item.choices:
     return f"{item.question}\n\n{INSTRUCTION}"
-  options = "\n".join(f"{_LETTERS[k]}. {c}" for k, c in enumerate(item.choices))
+  options = "\n".join(f"{LETTERS[k]}. {c}" for k, c in enumerate(item.choices))
   return (f"Answer the following multiple choice question.\n\n{item.question}\n\n{options}\n\n"
           f"{MC_INSTRUCTION}")
 
 
 # ---------------------------------------------------------------- extraction
-
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
-
-
-def last_boxed(text: str) -> str | None:
-  """Content of the last complete `\\boxed{...}` (balanced braces), or None.
-
-  Boxes longer than MAX_ANSWER_CHARS are ignored: no real answer is that long.
-  """
-  found = None
-  for match in _BOX_RE.finditer(text):
-    depth, pos = 1, match.end()
-    limit = min(len(text), pos + MAX_ANSWER_CHARS + 1)
-    while pos < limit and depth:
-      depth += {"{": 1, "}": -1}.get(text[pos], 0)
-      pos += 1
-    if depth == 0:
-      found = text[match.end():pos - 1].strip()
-  return found
-
 
 _TEXT_WRAP_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
 _CHOICE_RE = re.compile(r"^\(?([A-J])\)?(?:$|[\s.:)])")
@@ -173,7 +62,7 @@ def extract_choice(text: str, num_choices: int) -> str | None:
   else:
     hits = _ANSWER_IS_RE.findall(text[-2000:])
     letter = hits[-1] if hits else None
-  return letter if letter is not None and letter in _LETTERS[:num_choices] else None
+  return letter if letter is not None and letter in LETTERS[:num_choices] else None
 
 
 def _normalise(answer: str) -> str:
@@ -283,7 +172,7 @@ def evaluate(ctx) -> dict[str, Any]:
   c = ctx.c
   results = {}
   for name in [d.strip() for d in c.datasets.split(",") if d.strip()]:
-    items = load(name, c.data.get(name, ""), limit=c.limit, seed=c.seed)
+    items = math_datasets.load(name, c.data.get(name, ""), limit=c.limit, seed=c.seed)
     n = c.samples
 
     def run_batch(batch: list[MathItem]) -> list[dict[str, Any]]:

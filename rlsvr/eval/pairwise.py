@@ -27,7 +27,8 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Sequence
 
-from rlsvr.eval import data, summ_suites
+from rlsvr.data import sources
+from rlsvr.eval import summ_suites
 from rlsvr.eval.generation import Prompt
 
 WRITING_CRITERIA = ("novelty", "emotion", "coherence", "consistency", "overall")
@@ -48,7 +49,7 @@ class PairItem:
 def _writing_items(rows: list[dict[str, Any]], field: tuple[str, ...]) -> list[PairItem]:
   items = []
   for i, row in enumerate(rows):
-    text = str(data.first_field(row, field, "writing")).strip()
+    text = str(sources.first_field(row, field, "writing")).strip()
     text = re.sub(r"^\[\s*WP\s*\]\s*", "", text)  # WritingPrompts' tag
     ask = text if "query" in row else f"Write a short story for this prompt:\n\n{text}"
     items.append(PairItem(str(row.get("row_id", row.get("index", i))), "writing", ask, text))
@@ -57,7 +58,7 @@ def _writing_items(rows: list[dict[str, Any]], field: tuple[str, ...]) -> list[P
 
 _WRITING = {
     "writingprompts": ("writingprompts/writingprompts_100.jsonl",
-                       data.HubSource("euclaise/writingprompts"), ("prompt",)),
+                       sources.HubSource("euclaise/writingprompts"), ("prompt",)),
     "writingbench": ("writingbench/length_subset.jsonl", None, ("query",)),
 }
 DATASETS = summ_suites.DATASETS + tuple(_WRITING)
@@ -66,7 +67,7 @@ DATASETS = summ_suites.DATASETS + tuple(_WRITING)
 def load(name: str, spec: str = "", *, limit: int = 0) -> list[PairItem]:
   if name in _WRITING:
     local, hub, field = _WRITING[name]
-    return _writing_items(data.load_rows(name, spec, local=local, hub=hub, limit=limit), field)
+    return _writing_items(sources.load_rows(name, spec, local=local, hub=hub, limit=limit), field)
   return [PairItem(s.id, "summarisation", summ_suites.prompt(name, s),
                    (f"Query: {s.query}\n\n" if s.query else "") + s.document)
           for s in summ_suites.load(name, spec, limit=limit)]

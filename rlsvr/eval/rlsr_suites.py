@@ -25,7 +25,7 @@ import re
 from fractions import Fraction
 from typing import Any, Sequence
 
-from rlsvr.eval import data
+from rlsvr.data import sources
 from rlsvr.eval.runner import mean_stderr, percent_summary
 
 DATASETS = ("countdown", "integration_bee", "integration_bee_hard")
@@ -46,10 +46,10 @@ def load_countdown(spec: str = "", *, limit: int = 0, seed: int = 0) -> list[tup
     try:
       problems = countdown.load_hub(split="train", limit=limit or None)
     except Exception as e:  # noqa: BLE001  (datasets raises many types)
-      raise data.DataError(f"cannot load hub {countdown.HUB_DATASET} ({type(e).__name__}); "
+      raise sources.DataError(f"cannot load hub {countdown.HUB_DATASET} ({type(e).__name__}); "
                            "offline? use a local TinyZero JSONL file") from None
   else:
-    path = spec or data.shared_file("countdown/countdown_tinyzero_test.jsonl")
+    path = spec or sources.shared_file("countdown/countdown_tinyzero_test.jsonl")
     problems = countdown.load_jsonl(str(path))
   problems = problems[:limit] if limit else problems
   return [(f"{i}", p) for i, p in enumerate(problems)]
@@ -57,8 +57,8 @@ def load_countdown(spec: str = "", *, limit: int = 0, seed: int = 0) -> list[tup
 
 def load_integration(name: str, spec: str = "", *, limit: int = 0) -> list[dict[str, Any]]:
   """Integration Bee rows {id, latex, answer, source} (the benchmark's JSON layout)."""
-  rows = data.load_rows(name, spec, local=_INTEGRATION_FILES.get(name), hub=None, limit=limit)
-  return [dict(id=str(r.get("id", i)), latex=str(data.first_field(r, ("problem", "latex"), name)),
+  rows = sources.load_rows(name, spec, local=_INTEGRATION_FILES.get(name), hub=None, limit=limit)
+  return [dict(id=str(r.get("id", i)), latex=str(sources.first_field(r, ("problem", "latex"), name)),
                answer=r.get("answer"), source=r.get("source", "")) for i, r in enumerate(rows)]
 
 

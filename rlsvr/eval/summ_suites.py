@@ -23,8 +23,8 @@ import dataclasses
 import re
 from typing import Any, Sequence
 
-from rlsvr.eval import data
-from rlsvr.eval.data import HubSource
+from rlsvr.data import sources
+from rlsvr.data.sources import HubSource
 from rlsvr.eval.generation import Prompt
 
 
@@ -48,11 +48,11 @@ def _plain_rows(name: str, rows: list[dict[str, Any]]) -> list[SummItem]:
   for i, row in enumerate(rows):
     if row.get("dataset") not in (None, name, name.replace("_", "")):
       continue  # mixed files (debug_real.jsonl) hold other datasets too
-    reference = data.first_field(row, _REF_FIELDS, name)
+    reference = sources.first_field(row, _REF_FIELDS, name)
     if isinstance(reference, list):
       reference = reference[0]
     items.append(SummItem(str(row.get("id", row.get("_id", i))),
-                          str(data.first_field(row, _DOC_FIELDS, name)), str(reference)))
+                          str(sources.first_field(row, _DOC_FIELDS, name)), str(reference)))
   return items
 
 
@@ -96,12 +96,12 @@ DATASETS = tuple(_SUITES)
 
 
 def load(name: str, spec: str = "", *, limit: int = 0) -> list[SummItem]:
-  """The items of dataset `name` from `spec` (see `rlsvr.eval.data`)."""
+  """The items of dataset `name` from `spec` (see `rlsvr.data.sources`)."""
   if name not in _SUITES:
     raise ValueError(f"unknown summarisation dataset {name!r}; known: {list(_SUITES)}")
   local, hub, _ = _SUITES[name]
   # QMSum expands one meeting into many items: cut after expanding.
-  rows = data.load_rows(name, spec, local=local, hub=hub,
+  rows = sources.load_rows(name, spec, local=local, hub=hub,
                         limit=0 if name in ("qmsum", "govreport") else limit)
   items = {"qmsum": _qmsum, "vcsum": _vcsum}.get(name, lambda r: _plain_rows(name, r))(rows)
   return items[:limit] if limit else items

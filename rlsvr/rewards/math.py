@@ -3,8 +3,8 @@
   reward_funcs = "rlsvr.rewards.math:accuracy,rlsvr.rewards.math:format"
 
 Both read the final answer the way the math benchmarks do
-(`rlsvr.eval.math_suites`): the content of the last complete `\\boxed{...}` (or
-`\\fbox{...}`), braces balanced, at most `math_suites.MAX_ANSWER_CHARS` long.
+(`rlsvr.data.math_datasets.last_boxed`): the content of the last complete
+`\\boxed{...}` (or `\\fbox{...}`), braces balanced, at most `MAX_ANSWER_CHARS` long.
 
 Model output is hostile input: it is never evaluated here. `accuracy` hands
 the comparison to math-verify in killable worker processes
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from rlsvr.data.math_datasets import MathItem, last_boxed
 from rlsvr.eval import math_suites
 
 ANSWER_TIMEOUT_S = 10.0  # Per comparison; sizes bound the work long before this.
@@ -39,7 +40,7 @@ def gold_answer(gold: Any) -> str | None:
   if "####" in text:
     text = text.rsplit("####", 1)[1].strip().replace(",", "")
   elif "\\boxed" in text or "\\fbox" in text:
-    text = math_suites.last_boxed(text) or text
+    text = last_boxed(text) or text
   return text or None
 
 
@@ -65,7 +66,7 @@ def accuracy(completions: Sequence[Any], answer: Sequence[Any] | None = None,
   texts = [completion_text(c) for c in completions]
   gold = [gold_answer(g) for g in golds]
   scored = [k for k, g in enumerate(gold) if g is not None]
-  items = [math_suites.MathItem(str(k), "", gold[k]) for k in scored]
+  items = [MathItem(str(k), "", gold[k]) for k in scored]
   records = math_suites.score(items, [[texts[k]] for k in scored], timeout=ANSWER_TIMEOUT_S)
   rewards: list[float | None] = [None] * len(texts)
   for k, record in zip(scored, records):
@@ -80,8 +81,8 @@ def format(completions: Sequence[Any], **kwargs) -> list[float]:  # noqa: A001 (
 
   Checked: a complete `\\boxed{...}` or `\\fbox{...}` (balanced braces) whose
   content is non-empty after stripping whitespace and at most
-  `math_suites.MAX_ANSWER_CHARS` characters long. Not checked: whether the
+  `MAX_ANSWER_CHARS` characters long. Not checked: whether the
   content parses as math, or what follows the box.
   """
   del kwargs
-  return [float(bool(math_suites.last_boxed(completion_text(c)))) for c in completions]
+  return [float(bool(last_boxed(completion_text(c)))) for c in completions]

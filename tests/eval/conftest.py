@@ -4,15 +4,15 @@ import pathlib
 
 import pytest
 
-from rlsvr.eval import data
+from rlsvr.data import sources
 
 
 def shared_path(relative: str) -> pathlib.Path:
   """A file under the shared data folder; skips the test when it is absent."""
-  path = data.shared_data_dir() / relative
+  path = sources.shared_data_dir() / relative
   if not path.exists():
     pytest.skip(f"shared data not available: {path} is absent (expected at ../shared/data "
-                f"relative to the repository, or ${data.ENV_VAR})")
+                f"relative to the repository, or ${sources.ENV_VAR})")
   return path
 
 

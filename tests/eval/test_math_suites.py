@@ -3,6 +3,8 @@ import json
 
 import pytest
 
+from rlsvr.data import math_datasets
+from rlsvr.data.sources import DataError
 from rlsvr.eval import math_suites as ms
 from rlsvr.eval import runner
 
@@ -16,10 +18,10 @@ from .conftest import shared_path, smoke, write_jsonl
     ("\\fbox{7}", "7"),
     ("\\boxed{12", None),  # unbalanced
     ("no box here", None),
-    ("\\boxed{" + "1" * (ms.MAX_ANSWER_CHARS + 5) + "}", None),  # absurdly long: ignored
+    ("\\boxed{" + "1" * (math_datasets.MAX_ANSWER_CHARS + 5) + "}", None),  # absurdly long: ignored
 ])
 def test_last_boxed(text, expected):
-  assert ms.last_boxed(text) == expected
+  assert math_datasets.last_boxed(text) == expected
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -45,12 +47,12 @@ def test_extract_choice(text, expected):
     ("27", "so the answer is 27", True),  # unboxed: math-verify reads the tail
 ])
 def test_score_equivalence(pool, gold, response, correct):
-  item = ms.MathItem("q", "question", gold)
+  item = math_datasets.MathItem("q", "question", gold)
   assert ms.score([item], [[response]], pool=pool)[0]["correct"] == [correct]
 
 
 def test_score_multiple_choice_and_pass_at_1(pool):
-  item = ms.MathItem("q", "question", "B", ("x", "y", "z"))
+  item = math_datasets.MathItem("q", "question", "B", ("x", "y", "z"))
   record = ms.score([item], [["\\boxed{B}", "\\boxed{A}", "nothing", "answer is (B)"]],
                     pool=pool)[0]
   assert record["correct"] == [True, False, False, True]
@@ -66,7 +68,7 @@ def test_scoring_timeouts_and_errors_count_as_wrong():
       assert fn is ms.equivalent and timeout == 3.0
       return [Outcome("timeout", error="no result"), Outcome("error", error="boom")]
 
-  item = ms.MathItem("q", "question", "\\frac{1}{2}")
+  item = math_datasets.MathItem("q", "question", "\\frac{1}{2}")
   record = ms.score([item], [["\\boxed{0.5}", "\\boxed{1/2}"]], pool=StuckPool(), timeout=3.0)[0]
   assert record["correct"] == [False, False]
   assert record["timed_out"] == [True, False]
@@ -86,8 +88,8 @@ def test_math_verify_within_the_bounds():
 
 
 def test_prompts_ask_for_a_box():
-  assert "\\boxed{}" in ms.prompt(ms.MathItem("q", "What is 1+1?", "2"))
-  mc = ms.prompt(ms.MathItem("q", "Pick", "A", ("yes", "no")))
+  assert "\\boxed{}" in ms.prompt(math_datasets.MathItem("q", "What is 1+1?", "2"))
+  mc = ms.prompt(math_datasets.MathItem("q", "Pick", "A", ("yes", "no")))
   assert "A. yes\nB. no" in mc and "\\boxed{A}" in mc
 
 
@@ -95,11 +97,11 @@ def test_gpqa_from_a_local_csv(tmp_path):
   path = tmp_path / "gpqa.csv"
   path.write_text("Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,"
                   "Incorrect Answer 3\nWhich?,right,w1,w2,w3\n", encoding="utf-8")
-  item, = ms.load("gpqa_diamond", str(path), seed=3)
+  item, = math_datasets.load("gpqa_diamond", str(path), seed=3)
   assert item.choices[ord(item.answer) - ord("A")] == "right"
-  assert ms.load("gpqa_diamond", str(path), seed=3) == [item]  # seeded order
-  with pytest.raises(ms.data.DataError, match="data.gpqa_diamond"):
-    ms.load("gpqa_diamond")  # not shipped
+  assert math_datasets.load("gpqa_diamond", str(path), seed=3) == [item]  # seeded order
+  with pytest.raises(DataError, match="data.gpqa_diamond"):
+    math_datasets.load("gpqa_diamond")  # not shipped
 
 
 @pytest.mark.parametrize("name, relative, first_answer", [
@@ -113,7 +115,7 @@ def test_gpqa_from_a_local_csv(tmp_path):
 ])
 def test_shared_data_loaders(name, relative, first_answer):
   shared_path(relative)
-  items = ms.load(name, limit=3)
+  items = math_datasets.load(name, limit=3)
   assert len(items) == 3 and all(i.question for i in items)
   if first_answer is not None:
     assert items[0].answer == first_answer

@@ -3,7 +3,7 @@
 `data.source` is one of:
 
   <suite>                  a free-form math set of the shared data folder, read by
-                           `rlsvr.eval.math_suites` (gsm8k, math500, aime24, aime25,
+                           `rlsvr.data.math_datasets` (gsm8k, math500, aime24, aime25,
                            amc23, minerva_math): rows {question, answer, id}, the
                            answer already extracted (GSM8K's "#### 42" -> "42")
   hub:<org/name>[:config]  a hub dataset (network or the HF cache), split `data.split`
@@ -18,9 +18,8 @@ import json
 import os
 from typing import Any, Mapping, Sequence
 
+from rlsvr.data import math_datasets, sources
 from rlsvr.envs.reward_fn.rewards import NOT_COLUMNS
-from rlsvr.eval import data as eval_data
-from rlsvr.eval import math_suites
 from rlsvr.model.tokenizer import encode_chat
 
 _FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt")
@@ -28,14 +27,14 @@ _MULTIPLE_CHOICE = ("mmlu_pro", "gpqa_diamond")  # Letter answers: not for math-
 
 
 def free_form_suites() -> list[str]:
-  return sorted(name for name in math_suites.SUITES if name not in _MULTIPLE_CHOICE)
+  return sorted(name for name in math_datasets.SUITES if name not in _MULTIPLE_CHOICE)
 
 
 def check_source(source: str) -> None:
   """ValueError for a `data.source` that names none of the kinds above."""
   if source in free_form_suites() or source.startswith("hub:"):
     return
-  if source in math_suites.SUITES:
+  if source in math_datasets.SUITES:
     raise ValueError(f"data.source={source!r} is a multiple-choice suite; the reward_fn "
                      f"environment reads free-form sets: {free_form_suites()}")
   if not (os.path.isfile(source) or source.lower().endswith(_FILE_SUFFIXES)):
@@ -47,15 +46,15 @@ def load_rows(c) -> list[dict[str, Any]]:
   """The rows named by `c.data` (module docstring)."""
   source, limit = c.data.source, c.data.limit
   check_source(source)
-  if source in math_suites.SUITES:
+  if source in math_datasets.SUITES:
     return [dict(question=item.question, answer=item.answer, id=item.id)
-            for item in math_suites.load(source, "", limit=limit, seed=c.seed)]
+            for item in math_datasets.load(source, "", limit=limit, seed=c.seed)]
   if source.startswith("hub:"):
     name, _, config = source[len("hub:"):].partition(":")
-    hub = eval_data.HubSource(name, config or c.data.config or None, c.data.split)
-    rows = eval_data.load_hub(hub, limit)
+    hub = sources.HubSource(name, config or c.data.config or None, c.data.split)
+    rows = sources.load_hub(hub, limit)
   else:
-    rows = eval_data.read_rows(source)
+    rows = sources.read_rows(source)
   return [dict(row) for row in (rows[:limit] if limit else rows)]
 
 

@@ -6,10 +6,10 @@ import pytest
 from configs.rlvr_math import get_config
 from rlsvr.envs.reward_fn import data
 from rlsvr.envs.reward_fn.config import RewardFnConfig
-from rlsvr.eval import data as eval_data
+from rlsvr.data import sources
 from tests.envs.spy.fakes import ASSISTANT, USER, ByteTokenizer
 
-SHARED_GSM8K = eval_data.shared_data_dir() / "gsm8k" / "test.jsonl"
+SHARED_GSM8K = sources.shared_data_dir() / "gsm8k" / "test.jsonl"
 
 
 def _config(source, **reward_fn):
@@ -52,7 +52,7 @@ def test_unknown_sources_are_refused_by_name(source, says):
 
 
 def test_missing_local_file_says_so(tmp_path):
-  with pytest.raises(eval_data.DataError, match="not found"):
+  with pytest.raises(sources.DataError, match="not found"):
     data.load_rows(_config(str(tmp_path / "absent.jsonl")))
 
 

@@ -3,6 +3,7 @@ import time
 
 import pytest
 
+from rlsvr.data.math_datasets import MAX_ANSWER_CHARS
 from rlsvr.envs.self_judge.workers import Outcome
 from rlsvr.eval import math_suites
 from rlsvr.rewards import math as math_rewards
@@ -86,7 +87,7 @@ def test_timed_out_comparisons_score_zero_and_are_counted(monkeypatch):
 @pytest.mark.parametrize("text, ok", [
     ("so \\boxed{18}.", True), ("\\fbox{x+1}", True), ("\\boxed{\\frac{1}{2}}", True),
     ("\\boxed{}", False), ("\\boxed{  }", False), ("\\boxed{18", False), ("18", False),
-    ("\\boxed{" + "1" * (math_suites.MAX_ANSWER_CHARS + 1) + "}", False),
+    ("\\boxed{" + "1" * (MAX_ANSWER_CHARS + 1) + "}", False),
 ])
 def test_format_wants_a_complete_non_empty_box(text, ok):
   assert format_reward([text]) == [float(ok)]

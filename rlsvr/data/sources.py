@@ -1,6 +1,7 @@
-"""Where evaluation data comes from: the shared data folder, local files, the HF hub.
+"""Where datasets come from: the shared data folder, local files, the HF hub.
 
-A dataset spec (`--config.data.<dataset>=SPEC`) is one of:
+The evaluation suites and the environments read their rows through here. A
+dataset spec (e.g. `--config.data.<dataset>=SPEC` of an eval config) is one of:
 
   ""                     the dataset's file under the shared data folder
   "hub"                  the dataset's default hub name (needs network or the HF cache)
