@@ -22,43 +22,22 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from rlsvr.envs.base import Completion, EpisodeBatch, SampleFn, Trajectory
-from rlsvr.envs.spy import mechanics, prompts, records, scripted
+from rlsvr.envs.base import EpisodeBatch, SampleFn
+from rlsvr.envs.spy import mechanics, played, prompts, records, scripted
 from rlsvr.envs.spy.config import SpyGameConfig
 from rlsvr.model.tokenizer import encode_chat
 
 ROLES = ("spy", "civilian", "detector")
 
 
-@dataclasses.dataclass
-class _Turn:
-  """One player output (one round of one player)."""
+@dataclasses.dataclass(frozen=True)
+class _PlayerPrompt:
+  """A player's prompt, waiting for the sampler call of its turn."""
 
-  round: int
+  game: played.Game
   player: int
-  prompt: str
-  prompt_ids: list[int]
-  completion: Completion
   text: str
-  public: mechanics.PublicOutput
-
-
-@dataclasses.dataclass
-class _Game:
-  index: int
-  item_id: str
-  reference: str
-  spy: int | None  # 1-based; the no-spy variant fills it in from the votes
-  views: list[str | None]  # per player, index k - 1
-  mask: mechanics.MaskedText | None
-  turns: list[_Turn] = dataclasses.field(default_factory=list)
-  detection_prompt: str = ""
-  detection_ids: list[int] = dataclasses.field(default_factory=list)
-  detectors: list[tuple[Completion, str, mechanics.VoteParse]] = dataclasses.field(
-      default_factory=list)
-
-  def public_outputs(self) -> list[tuple[int, int, str]]:
-    return [(t.round, t.player, t.public.text) for t in self.turns]
+  ids: list[int]
 
 
 def item_fields(item: Any, index: int) -> tuple[str, str]:
@@ -139,13 +118,14 @@ class SpyGame:
                        "prompts")
     return completions
 
-  def _new_game(self, index: int, item: Any, rng: np.random.Generator) -> _Game:
+  def _new_game(self, index: int, item: Any, rng: np.random.Generator) -> played.Game:
     cfg = self.config
     item_id, text = item_fields(item, index)
     reference = mechanics.truncate_words(text, cfg.truncate_words)
     views: list[str | None] = [reference] * cfg.num_players
     if cfg.variant == "no_spy":
-      return _Game(index, item_id, reference, None, views, None)
+      return played.Game(index=index, item_id=item_id, reference=reference, spy=None,
+                         views=views, mask=None)
     if cfg.variant == "sequential":
       spy = cfg.num_players
     else:
@@ -156,7 +136,8 @@ class SpyGame:
       views[spy - 1] = mask.text
     else:
       views[spy - 1] = None
-    return _Game(index, item_id, reference, spy, views, mask)
+    return played.Game(index=index, item_id=item_id, reference=reference, spy=spy, views=views,
+                       mask=mask)
 
   def _turn_order(self) -> list[list[int]]:
     """Players per sampler call, in order, over all rounds."""
@@ -165,7 +146,7 @@ class SpyGame:
     per_round = [[p] for p in players] if cfg.variant == "sequential" else [players]
     return [slot for _ in range(cfg.rounds) for slot in per_round]
 
-  def _perform(self, games: list[_Game], sample: SampleFn) -> None:
+  def _perform(self, games: list[played.Game], sample: SampleFn) -> None:
     cfg = self.config
     for call, slot in enumerate(self._turn_order()):
       round_ = call // (cfg.num_players if cfg.variant == "sequential" else 1) + 1
@@ -176,14 +157,16 @@ class SpyGame:
           text = prompts.player_prompt(
               cfg, player=player, is_spy=game.spy == player, view=game.views[player - 1],
               earlier=earlier)
-          pending.append((game, player, text, self.encode(text, self.prefill("player"))))
-      completions = self._sample(sample, [p[3] for p in pending], cfg.player_max_new_tokens)
-      for (game, player, text, ids), completion in zip(pending, completions):
+          pending.append(_PlayerPrompt(game=game, player=player, text=text,
+                                       ids=self.encode(text, self.prefill("player"))))
+      completions = self._sample(sample, [p.ids for p in pending], cfg.player_max_new_tokens)
+      for p, completion in zip(pending, completions):
         output = self.prefill("player") + self.decode(completion.ids)
-        game.turns.append(_Turn(round_, player, text, ids, completion, output,
-                                mechanics.public_output(output, cfg.task)))
+        p.game.turns.append(played.Turn(
+            round=round_, player=p.player, prompt=p.text, prompt_ids=p.ids,
+            completion=completion, text=output, public=mechanics.public_output(output, cfg.task)))
 
-  def _detect(self, games: list[_Game], sample: SampleFn) -> None:
+  def _detect(self, games: list[played.Game], sample: SampleFn) -> None:
     cfg = self.config
     for game in games:
       game.detection_prompt = prompts.detector_prompt(
@@ -197,7 +180,8 @@ class SpyGame:
       game = games[i // cfg.rollout_n]
       response = self.prefill("detector") + self.decode(completion.ids)
       parsed = mechanics.parse_vote_detail(response, cfg.num_players, cfg.vote_pick)
-      game.detectors.append((completion, response, parsed))
+      game.detectors.append(played.Detector(completion=completion, response=response,
+                                            parsed=parsed))
 
   def play(
       self,
@@ -212,37 +196,42 @@ class SpyGame:
         step, cfg.training_phase, cfg.cycle_length)
     games = self._play_games(items, sample, rng)
 
-    rows: list[tuple[_Game, Any, Trajectory, float]] = []  # game, source, row, raw reward
+    rows: list[played.Row] = []
     perf: list[list[float]] = []
     detector_budget = self.detector_max_new_tokens()
     for game in games:
-      votes = [parsed.vote for _, _, parsed in game.detectors]
-      rewards = mechanics.performance_rewards(votes, game.spy, cfg.num_players, cfg.beta, cfg.lam)
+      rewards = mechanics.performance_rewards(game.votes(), game.spy, cfg.num_players, cfg.beta,
+                                              cfg.lam)
       perf.append(rewards)
       for turn in game.turns:
-        role = "spy" if turn.player == game.spy else "civilian"
-        rows.append((game, turn, self._row(turn.prompt_ids, turn.completion, 2 * game.index, role,
-                                           phase == "clue" or cfg.joint,
-                                           cfg.player_max_new_tokens), rewards[turn.player - 1]))
-      for det in game.detectors:
-        raw = mechanics.detection_reward(det[2].vote, game.spy, cfg.detection_reward)
-        rows.append((game, det, self._row(game.detection_ids, det[0], 2 * game.index + 1,
-                                          "detector", phase == "decision" or cfg.joint,
-                                          detector_budget), raw))
+        trajectory = played.trajectory(
+            prompt_ids=turn.prompt_ids, completion=turn.completion, group=2 * game.index,
+            role="spy" if turn.player == game.spy else "civilian",
+            trained=phase == "clue" or cfg.joint, max_new_tokens=cfg.player_max_new_tokens)
+        rows.append(played.Row(game=game, source=turn, trajectory=trajectory,
+                               raw_reward=rewards[turn.player - 1]))
+      for detector in game.detectors:
+        trajectory = played.trajectory(
+            prompt_ids=game.detection_ids, completion=detector.completion,
+            group=2 * game.index + 1, role="detector", trained=phase == "decision" or cfg.joint,
+            max_new_tokens=detector_budget)
+        raw = mechanics.detection_reward(detector.vote, game.spy, cfg.detection_reward)
+        rows.append(played.Row(game=game, source=detector, trajectory=trajectory, raw_reward=raw))
 
-    baselines = self.baselines.for_batch([raw for *_, raw in rows],
-                                         [row.role for _, _, row, _ in rows])
-    for _, _, row, raw in rows:
-      row.reward, row.baseline = raw, baselines[row.role]
+    baselines = self.baselines.for_batch([r.raw_reward for r in rows],
+                                         [r.trajectory.role for r in rows])
+    for r in rows:
+      r.trajectory.reward = r.raw_reward
+      r.trajectory.baseline = baselines[r.trajectory.role]
 
     recs = [records.game_record(game, step, phase, cfg, perf[game.index], baselines,
-                                [(src, row, raw) for g, src, row, raw in rows if g is game])
+                                [r for r in rows if r.game is game])
             for game in games]
     record_text = records.format_game(recs[0]) if recs else ""
     if not self.record_prompts:
       recs = [records.without_prompts(rec) for rec in recs]
     return EpisodeBatch(
-        trajectories=[row for _, _, row, _ in rows],
+        trajectories=[r.trajectory for r in rows],
         metrics=self._metrics(games, rows, phase, baselines),
         record_text=record_text,
         records=recs,
@@ -250,14 +239,14 @@ class SpyGame:
     )
 
   def _play_games(self, items: Sequence[Any], sample: SampleFn,
-                  rng: np.random.Generator) -> list[_Game]:
+                  rng: np.random.Generator) -> list[played.Game]:
     """Plays one game per item: players perform, detectors vote; the spy is known after."""
     games = [self._new_game(i, item, rng) for i, item in enumerate(items)]
     self._perform(games, sample)
     self._detect(games, sample)
     for game in games:
       if game.spy is None:
-        game.spy = mechanics.most_voted([p.vote for _, _, p in game.detectors],
+        game.spy = mechanics.most_voted(game.votes(),
                                         self.config.num_players)
     return games
 
@@ -288,7 +277,7 @@ class SpyGame:
     games = [g for i in range(0, len(items), chunk)
              for g in self._play_games(items[i:i + chunk], sample, rng)]
     for game in games:
-      votes = [p.vote for _, _, p in game.detectors]
+      votes = game.votes()
       acc.append(float(np.mean([v == game.spy for v in votes])))
       invalid.append(float(np.mean([v is None for v in votes])))
       abstain.append(float(np.mean([v == mechanics.ABSTAIN for v in votes])))
@@ -331,16 +320,9 @@ class SpyGame:
         out.append((chunk[j // n], mechanics.public_output(text, self.config.task).text))
     return out
 
-  @staticmethod
-  def _row(prompt_ids, completion: Completion, group: int, role: str, trained: bool,
-           max_new_tokens: int) -> Trajectory:
-    return Trajectory(prompt_ids=list(prompt_ids), completion_ids=list(completion.ids),
-                      logprobs=list(completion.logprobs), reward=0.0, group_id=group, role=role,
-                      trained=trained, finish_reason=completion.finish_reason,
-                      max_new_tokens=max_new_tokens)
-
-  def _metrics(self, games, rows, phase, baselines) -> dict[str, float]:
-    votes = [(parsed.vote, game.spy) for game in games for _, _, parsed in game.detectors]
+  def _metrics(self, games: list[played.Game], rows: list[played.Row], phase: str,
+               baselines: Mapping[str, float]) -> dict[str, float]:
+    votes = [(d.vote, game.spy) for game in games for d in game.detectors]
     valid = [(v, s) for v, s in votes if isinstance(v, int)]
     n_votes = max(len(votes), 1)
     metrics = {
@@ -357,20 +339,20 @@ class SpyGame:
                                 if games else 0.0,
     }
     for role in ROLES:
-      role_rows = [(row, raw) for _, _, row, raw in rows if row.role == role]
+      role_rows = [r for r in rows if r.trajectory.role == role]
       if not role_rows:
         continue
       name = "detection_reward" if role == "detector" else f"perf_reward_{role}"
-      metrics[f"spy/{name}"] = float(np.mean([raw for _, raw in role_rows]))
+      metrics[f"spy/{name}"] = float(np.mean([r.raw_reward for r in role_rows]))
       metrics[f"spy/baseline/{role}"] = baselines[role]
       metrics[f"spy/response_length/{role}"] = float(np.mean(
-          [len(row.completion_ids) for row, _ in role_rows]))
+          [len(r.trajectory.completion_ids) for r in role_rows]))
       metrics[f"spy/clip_ratio/{role}"] = float(np.mean(
-          [row.finish_reason == "length" for row, _ in role_rows]))
+          [r.trajectory.finish_reason == "length" for r in role_rows]))
     return metrics
 
 
-def _player_texts(game: _Game, num_players: int) -> list[str]:
+def _player_texts(game: played.Game, num_players: int) -> list[str]:
   """Every player's public outputs over all rounds, one text per player (index k - 1)."""
   texts = [[] for _ in range(num_players)]
   for turn in game.turns:
@@ -378,7 +360,7 @@ def _player_texts(game: _Game, num_players: int) -> list[str]:
   return ["\n".join(t) for t in texts]
 
 
-def _spy_strictly_most_voted(game: _Game, num_players: int) -> bool:
-  counts = mechanics.vote_counts([p.vote for _, _, p in game.detectors], num_players)
+def _spy_strictly_most_voted(game: played.Game, num_players: int) -> bool:
+  counts = mechanics.vote_counts(game.votes(), num_players)
   spy_count = counts[game.spy - 1]
   return spy_count > 0 and all(c < spy_count for k, c in enumerate(counts) if k != game.spy - 1)

@@ -11,37 +11,34 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
-from rlsvr.envs.base import Trajectory
+from rlsvr.envs.spy import played
 
 _RULE = "=" * 100
 _THIN = "-" * 100
 
 
 def game_record(
-    game: Any,
+    game: played.Game,
     step: int,
     phase: str,
     config: Any,
     perf_rewards: Sequence[float],
     baselines: Mapping[str, float],
-    rows: Sequence[tuple[Any, Trajectory, float]],
+    rows: Sequence[played.Row],
 ) -> dict[str, Any]:
-  """The JSON-serialisable record of one played game.
-
-  `game` is the game's state in `game.py`, `config` its `SpyGameConfig`;
-  `rows` are the game's (source, trajectory, raw reward) triples, where the
-  source is a player turn or a detector (completion, response, parsed vote).
-  """
+  """The JSON-serialisable record of one played game; `config` is its `SpyGameConfig`,
+  `rows` the game's rows, their rewards and baselines set."""
   players, detectors = [], []
-  for source, row, raw in rows:
+  for r in rows:
+    row, source = r.trajectory, r.source
     common = dict(role=row.role, finish_reason=row.finish_reason,
-                  num_tokens=len(row.completion_ids), trained=row.trained, reward_raw=raw,
-                  reward=row.reward - row.baseline)
-    if row.role == "detector":
-      _, response, parsed = source
-      detectors.append(dict(detector=len(detectors) + 1, response=response, vote=parsed.vote,
-                            status=parsed.status, box=parsed.box, correct=parsed.vote == game.spy,
-                            **common))
+                  num_tokens=len(row.completion_ids), trained=row.trained,
+                  reward_raw=r.raw_reward, reward=row.reward - row.baseline)
+    if isinstance(source, played.Detector):
+      parsed = source.parsed
+      detectors.append(dict(detector=len(detectors) + 1, response=source.response,
+                            vote=parsed.vote, status=parsed.status, box=parsed.box,
+                            correct=parsed.vote == game.spy, **common))
     else:
       players.append(dict(player=source.player, round=source.round, prompt=source.prompt,
                           output=source.text, public=source.public.text,
