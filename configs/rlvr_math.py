@@ -18,7 +18,7 @@ Variants (comma-separated):
   smoke    tiny random Qwen3 with the Qwen3 tokenizer; seconds (tests)
   math500  MATH-500 from the shared data folder instead of GSM8K
 
-Reward functions use TRL's calling convention (rlsvr/envs/reward_fn/rewards.py):
+Reward functions use TRL's calling convention (rlsvr/rewards/calling.py):
 `f(prompts=, completions=, completion_ids=, **dataset_columns) -> list[float | None]`.
 """
 import ml_collections

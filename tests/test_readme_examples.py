@@ -68,7 +68,7 @@ def test_a_new_game_trains_with_its_config_file(examples, tmp_path, capfd):
 
 def test_a_trl_style_reward_function_is_named_by_path(examples):
   from configs.rlvr_math import get_config
-  from rlsvr.envs.reward_fn.rewards import RewardSet, TrainerState
+  from rlsvr.rewards.calling import RewardSet, TrainerState
 
   c = get_config("smoke")
   c.reward_fn.reward_funcs = "rlsvr.rewards.math:format,my_rewards:brevity"

@@ -19,7 +19,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 from rlsvr.data import math_datasets, sources
-from rlsvr.envs.reward_fn.rewards import NOT_COLUMNS
+from rlsvr.rewards.calling import NOT_COLUMNS
 from rlsvr.model.tokenizer import encode_chat
 
 _FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt")

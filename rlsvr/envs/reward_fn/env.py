@@ -2,7 +2,7 @@
 
 Per step: one policy call samples every prompt `group_size` times (one GRPO
 group per prompt, group id = the prompt's index in the batch); the reward
-functions score all completions at once (`rewards.RewardSet`, TRL's calling
+functions score all completions at once (`rlsvr.rewards.calling.RewardSet`, TRL's
 convention); the reward of a completion is the weighted sum of its functions'
 rewards. Unscorable rows (every function said None) are played but not
 trained, each in a group of its own; a step where every row is unscorable
@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 from rlsvr.envs.base import Completion, EpisodeBatch, SampleFn, Trajectory
 from rlsvr.envs.reward_fn import data
 from rlsvr.envs.reward_fn.config import RewardFnConfig
-from rlsvr.envs.reward_fn.rewards import RewardFunctionError, RewardSet, Scores, TrainerState
+from rlsvr.rewards.calling import RewardFunctionError, RewardSet, Scores, TrainerState
 
 _RULE, _THIN = "=" * 100, "-" * 100
 _SHOWN_CHARS = 2000  # A gold column in rollouts.txt is cut here (the JSONL keeps it whole).

@@ -2,8 +2,8 @@
 
 Single-turn RLVR: a dataset of prompts (`data.source`, see `data.py`) and
 Python reward functions named by import path in `reward_fn.reward_funcs`,
-called with TRL's convention (`rewards.py`), so a TRL user's function works
-unchanged. `env.py` plays a step.
+called with TRL's convention (`rlsvr.rewards.calling`), so a TRL user's
+function works unchanged. `env.py` plays a step.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rlsvr.envs import registry
 from rlsvr.envs.items import ItemStream, StreamExperiment, round_rng
 from rlsvr.envs.reward_fn import data
 from rlsvr.envs.reward_fn.config import RewardFnConfig
-from rlsvr.envs.reward_fn.rewards import RewardSet
+from rlsvr.rewards.calling import RewardSet
 
 # Prompt content beyond the template, for the memory plan only: a competition problem with
 # its instruction is ~100-300 tokens; `python -m rlsvr.plan --prompt_tokens=policy=N` overrides.

@@ -9,8 +9,8 @@ from rlsvr.envs import registry
 from rlsvr.envs.base import Completion
 from rlsvr.envs.reward_fn.config import RewardFnConfig
 from rlsvr.envs.reward_fn.env import RewardFnEnv
-from rlsvr.envs.reward_fn.rewards import RewardFunctionError
-from tests.envs.reward_fn import funcs
+from rlsvr.rewards.calling import RewardFunctionError
+from tests.rewards import funcs
 from tests.envs.spy.fakes import EOS, ByteTokenizer
 
 ROWS = [{"q": "What is 9 + 9?", "answer": "18", "id": "a"},
@@ -83,7 +83,7 @@ def test_records_hold_prompt_completions_rewards_and_gold():
 @pytest.mark.parametrize("chat", [True, False])
 def test_reward_functions_see_messages_or_text_as_trl_would(chat):
   funcs.CALLS.clear()
-  _play(["hello"], reward_funcs="tests.envs.reward_fn.funcs:trl_style", reward_weights="",
+  _play(["hello"], reward_funcs="tests.rewards.funcs:trl_style", reward_weights="",
         use_chat_template=chat, step=5)
   (call,) = funcs.CALLS
   if chat:
@@ -107,7 +107,7 @@ def test_the_prefill_starts_every_completion_text_but_not_its_ids():
 
 
 def test_unscorable_rows_are_played_but_not_trained():
-  batch, _, _ = _play(["x"], reward_funcs="tests.envs.reward_fn.funcs:none_for_odd",
+  batch, _, _ = _play(["x"], reward_funcs="tests.rewards.funcs:none_for_odd",
                       reward_weights="")
   rows = batch.trajectories
   assert [t.trained for t in rows] == [True, False, True, False, True, False]
@@ -118,7 +118,7 @@ def test_unscorable_rows_are_played_but_not_trained():
 
 def test_a_step_with_nothing_scorable_fails_clearly():
   with pytest.raises(RewardFunctionError, match="step 3: every reward function returned None"):
-    _play(["x"], reward_funcs="tests.envs.reward_fn.funcs:always_none", reward_weights="")
+    _play(["x"], reward_funcs="tests.rewards.funcs:always_none", reward_weights="")
 
 
 def test_check_names_a_reward_function_that_does_not_import():

@@ -4,10 +4,10 @@ import math
 import numpy as np
 import pytest
 
-from rlsvr.envs.reward_fn.rewards import RewardFunctionError, RewardSet, TrainerState, resolve
-from tests.envs.reward_fn import funcs
+from rlsvr.rewards.calling import RewardFunctionError, RewardSet, TrainerState, resolve
+from tests.rewards import funcs
 
-F = "tests.envs.reward_fn.funcs"
+F = "tests.rewards.funcs"
 STATE = TrainerState(global_step=4, max_steps=10)
 
 
