@@ -181,7 +181,7 @@ def train_one_step(setup: Setup, state: TrainState, step: int):
   t0 = time.time()
   policy_params = sampling_params(state)  # One compute-dtype copy per step.
   sample = sampler_closure(setup.sampler, policy_params, c.seed, "policy", step)
-  played = filtering.play_step(lambda r: setup.experiment.play(step, sample, policy_params, r),
+  played = filtering.play_step(lambda r: setup.experiment.play_round(step, sample, policy_params, r),
                                filter_groups=grpo.filter_groups,
                                max_rounds=grpo.max_num_gen_batches)
   # Before the update: with bf16 compute it is a copy of the weights, and the sampler

@@ -32,7 +32,7 @@ class EchoGame:
   def load_state_dict(self, state):
     self.played = state["played"]
 
-  def play(self, items, sample, rng, step):
+  def play_episodes(self, items, sample, rng, step):
     prompts = [[int(t) for t in rng.integers(100, 200, size=3)] + [item] for item in items]
     done = sample([p for p in prompts for _ in range(self.group_size)],
                   max_new_tokens=self.max_new_tokens, temperature=1.0)
@@ -55,9 +55,9 @@ class EchoExperiment(StreamExperiment):
     self.env = EchoGame(c.echo.group_size, c.echo.max_new_tokens)
     self.items = ItemStream(list(range(10, 60)), c.echo.prompts_per_step, c.seed)
 
-  def play(self, step, sample, policy_params, round_=0):
-    return self.env.play(self.items.next_step(), sample, round_rng(self.c.seed, step, round_),
-                         step)
+  def play_round(self, step, sample, policy_params, round_=0):
+    return self.env.play_episodes(self.items.next_step(), sample,
+                                  round_rng(self.c.seed, step, round_), step)
 
 
 def check(c):
@@ -152,9 +152,9 @@ def test_an_environment_may_keep_extra_models(tmp_path):
       super().__init__(ctx)
       self.copy = ctx.initial_params
 
-    def play(self, step, sample, policy_params, round_=0):
+    def play_round(self, step, sample, policy_params, round_=0):
       self.copy = jax.tree.map(jnp.copy, policy_params)
-      return super().play(step, sample, policy_params, round_)
+      return super().play_round(step, sample, policy_params, round_)
 
     def model_state(self, step):
       return {"copy": self.copy} if step % 2 == 0 else {}

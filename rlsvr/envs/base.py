@@ -31,13 +31,14 @@ class SampleFn(Protocol):
 class Environment(Protocol):
   """Plays whole episodes on a batch of source items."""
 
-  def play(
+  def play_episodes(
       self,
       items: Sequence[Any],
       sample: SampleFn,
       rng: np.random.Generator,
       step: int,
   ) -> EpisodeBatch:
+    """Plays one episode (a game, a judged group, a prompt's group) per item."""
     ...
 
   def state_dict(self) -> Mapping[str, Any]:

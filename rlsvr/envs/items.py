@@ -52,7 +52,7 @@ class StreamExperiment:
   """An `Experiment` base for environments that draw `items` and hold no extra models.
 
   Subclasses set `self.items` (an `ItemStream`), optionally `self.env` (an object with
-  `state_dict` / `load_state_dict`, checkpointed with the stream), and implement `play`.
+  `state_dict` / `load_state_dict`, checkpointed with the stream), and implement `play_round`.
   """
 
   items: ItemStream

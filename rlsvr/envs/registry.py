@@ -10,7 +10,7 @@ a game with `--config.env=my_project.my_game`.
   spec = registry.get(c.env)
   spec.check(c)                 # ValueError naming the key; before anything is loaded
   exp = spec.build(BuildContext(c, tokenizer, model_config, initial_params, mesh))
-  exp.play(step, sample, policy_params, round_) -> EpisodeBatch
+  exp.play_round(step, sample, policy_params, round_) -> EpisodeBatch
   spec.plan(c, estimates) -> EnvPlan   # sampler calls and train phases, for rlsvr.plan
 
 Nothing here imports jax: `rlsvr.plan` and config checks use it on any machine.
@@ -53,11 +53,12 @@ class BuildContext:
 class Experiment(Protocol):
   """The trainer's view of a built environment: it plays steps and holds state."""
 
-  def play(self, step: int, sample, policy_params, round_: int = 0) -> EpisodeBatch:
-    """Plays round `round_` of `step` (rounds > 0 only under `grpo.filter_groups`).
+  def play_round(self, step: int, sample, policy_params, round_: int = 0) -> EpisodeBatch:
+    """Plays round `round_` of training step `step`: draws its items and plays them.
 
-    `sample(prompts, **sampling)` samples from the policy; `policy_params` are the
-    sampler's compute-dtype weights of this step (e.g. for an online judge).
+    Rounds > 0 come only under `grpo.filter_groups`. `sample(prompts, **sampling)`
+    samples from the policy; `policy_params` are the sampler's compute-dtype weights of
+    this step (e.g. for an online judge).
     """
     ...
 

@@ -38,7 +38,7 @@ class Trajectory:
 
 @dataclasses.dataclass
 class EpisodeBatch:
-  """What one `Environment.play` call returns for one training step."""
+  """What one `Environment.play_episodes` (so one `Experiment.play_round`) call returns."""
 
   trajectories: list[Trajectory]
   metrics: dict[str, float]

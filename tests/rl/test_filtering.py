@@ -38,10 +38,10 @@ def test_a_game_with_only_invalid_votes_gives_zero_advantages_and_zero_gradient(
 
   env = SpyGame(dataclasses.replace(CONFIG, baseline_order=order), ByteTokenizer())
   # Step 1 (decision) finds the spy, so every role's baseline moves away from 0.
-  env.play(DOCS[:2], policy(spy_finding_detector), np.random.default_rng(0), 1)
+  env.play_episodes(DOCS[:2], policy(spy_finding_detector), np.random.default_rng(0), 1)
   assert all(abs(b) > 0 for b in env.baselines.values.values())
   # Step 2 (clue) trains the players on a game in which no vote was valid.
-  played = env.play(DOCS[2:4], policy(invalid_detector), np.random.default_rng(1), 2)
+  played = env.play_episodes(DOCS[2:4], policy(invalid_detector), np.random.default_rng(1), 2)
   trained = [t for t in played.trajectories if t.trained]
   assert trained and all(t.reward == 0 for t in trained)
   assert len({t.baseline for t in trained}) == 2  # spy and civilian baselines differ
@@ -134,7 +134,7 @@ def test_play_filtered_with_spy_games_and_a_scripted_sampler():
   scripted = policy(alternating_detector)
   docs = iter(DOCS)
   out = filtering.play_filtered(
-      lambda r: env.play([next(docs), next(docs)], scripted, np.random.default_rng(next(games)),
+      lambda r: env.play_episodes([next(docs), next(docs)], scripted, np.random.default_rng(next(games)),
                          2), max_rounds=4)
   assert out.metrics["filter/rounds"] == 2 and out.metrics["filter/groups_kept"] == 2
   assert all(t.trained and t.role != "detector" for t in out.rows)

@@ -39,8 +39,8 @@ class RewardFnEnv:
   def load_state_dict(self, state: Mapping[str, Any]) -> None:
     del state
 
-  def play(self, items: Sequence[Mapping[str, Any]], sample: SampleFn, rng: Any,
-           step: int) -> EpisodeBatch:
+  def play_episodes(self, items: Sequence[Mapping[str, Any]], sample: SampleFn, rng: Any,
+                    step: int) -> EpisodeBatch:
     del rng  # Sampling randomness lives in the sampler; prompts come in stream order.
     cfg, g = self.config, self.config.group_size
     prompts = [self.prompts.prompt(row) for row in items]

@@ -42,10 +42,10 @@ class RewardFnExperiment(StreamExperiment):
     self.items = ItemStream(data.load_rows(c), c.reward_fn.prompts_per_step,
                             seeding.derive(c.seed, "items"))
 
-  def play(self, step: int, sample, policy_params, round_: int = 0):
+  def play_round(self, step: int, sample, policy_params, round_: int = 0):
     del policy_params
-    return self.env.play(self.items.next_step(), sample, round_rng(self.c.seed, step, round_),
-                         step)
+    return self.env.play_episodes(self.items.next_step(), sample,
+                                  round_rng(self.c.seed, step, round_), step)
 
 
 def plan(c, est) -> registry.EnvPlan:

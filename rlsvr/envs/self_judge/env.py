@@ -66,7 +66,7 @@ class SelfJudgeEnv:
       config: the environment.
       tokenizer: the policy's HF-like tokenizer (`apply_chat_template`, `decode`).
       judge_sample: the judge's sampler; None means the policy's `sample` judges
-        (the "online" schedule with one model). `play` may override it.
+        (the "online" schedule with one model). `play_episodes` may override it.
       judge_tokenizer: the judge's tokenizer when it is another model.
       pool: `workers.WorkerPool` for verifiers that need one (default pool if None).
       chat_template_kwargs: extra arguments for `apply_chat_template`.
@@ -177,7 +177,7 @@ class SelfJudgeEnv:
         out.update(heldout.with_se(name, [float(s == c) for s, c in pairs]))
     return out
 
-  def play(
+  def play_episodes(
       self,
       items: Sequence[Any],
       sample: SampleFn,

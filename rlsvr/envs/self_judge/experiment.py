@@ -80,7 +80,7 @@ class SelfJudgeExperiment(StreamExperiment):
                             seeding.derive(c.seed, "items"))
     self._judge_calls = (0, itertools.count())  # (step, counter): rounds of a step share it
 
-  def play(self, step: int, sample, policy_params, round_: int = 0):
+  def play_round(self, step: int, sample, policy_params, round_: int = 0):
     """One round of `step`; `policy_params` are the sampler's (compute-dtype) weights."""
     import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
@@ -98,8 +98,9 @@ class SelfJudgeExperiment(StreamExperiment):
       seed = seeding.derive(self.c.seed, "judge", step, next(calls))
       return self.judge_sampler(judge_params, prompts, seed=seed, **kw)
 
-    return self.env.play(self.items.next_step(), sample, round_rng(self.c.seed, step, round_),
-                         step, judge_sample=judge_sample)
+    return self.env.play_episodes(self.items.next_step(), sample,
+                                  round_rng(self.c.seed, step, round_), step,
+                                  judge_sample=judge_sample)
 
   def evaluate(self, sample, policy_params):
     judge_params = policy_params if self.schedule.mode == "online" else self.judge_params

@@ -58,10 +58,10 @@ class SpyExperiment(StreamExperiment):
     self.items = ItemStream(docs[:len(docs) - held], c.spy.games_per_step,
                             seeding.derive(c.seed, "items"))
 
-  def play(self, step: int, sample, policy_params, round_: int = 0):
+  def play_round(self, step: int, sample, policy_params, round_: int = 0):
     del policy_params
-    return self.env.play(self.items.next_step(), sample, round_rng(self.c.seed, step, round_),
-                         step)
+    return self.env.play_episodes(self.items.next_step(), sample,
+                                  round_rng(self.c.seed, step, round_), step)
 
   def evaluate(self, sample, policy_params):
     del policy_params

@@ -183,7 +183,7 @@ class SpyGame:
       game.detectors.append(played.Detector(completion=completion, response=response,
                                             parsed=parsed))
 
-  def play(
+  def play_episodes(
       self,
       items: Sequence[Any],
       sample: SampleFn,

@@ -43,7 +43,7 @@ def _play(replies, step=3, **reward_fn):
   tokenizer = ByteTokenizer()
   env = RewardFnEnv(RewardFnConfig.from_config(c), tokenizer, max_steps=c.steps)
   policy = FakePolicy(tokenizer, replies)
-  return env.play(ROWS, policy, None, step), policy, c
+  return env.play_episodes(ROWS, policy, None, step), policy, c
 
 
 def test_a_step_makes_one_group_per_prompt_with_weighted_math_rewards():
@@ -143,12 +143,12 @@ def test_experiment_streams_rows_and_resumes_where_it_was(tmp_path):
   spec = registry.get("reward_fn")
   exp = spec.build(ctx)
   policy = FakePolicy(ctx.tokenizer, ["\\boxed{18}"])
-  first = exp.play(1, policy, None)
+  first = exp.play_round(1, policy, None)
   state = exp.state_dict()
-  second = exp.play(2, policy, None)
+  second = exp.play_round(2, policy, None)
   resumed = spec.build(ctx)
   resumed.load_state_dict(json.loads(json.dumps(state)), 1)
-  again = resumed.play(2, policy, None)
+  again = resumed.play_round(2, policy, None)
   assert [r["columns"]["id"] for r in again.records] == [r["columns"]["id"] for r in
                                                          second.records]
   assert len(first.trajectories) == 4 and exp.model_state(2) == {}

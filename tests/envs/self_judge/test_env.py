@@ -68,7 +68,7 @@ def test_countdown_rewards_metrics_and_records():
                            policy_max_new_tokens=64, judge_max_new_tokens=32)
   policy, judge = Scripted(tokenizer, _countdown_policy), Scripted(judge_tokenizer, _judge)
   env = SelfJudgeEnv(config, tokenizer, judge_sample=judge, judge_tokenizer=judge_tokenizer)
-  batch = env.play(PROBLEMS, policy, np.random.default_rng(0), step=7)
+  batch = env.play_episodes(PROBLEMS, policy, np.random.default_rng(0), step=7)
 
   # One policy call with G copies per problem, one judge call for every answer.
   assert [len(t) for t, _ in policy.calls] == [8] and [len(t) for t, _ in judge.calls] == [8]
@@ -115,7 +115,7 @@ def test_a_judge_that_never_gives_a_verdict_reports_no_accuracy():
   config = SelfJudgeConfig(group_size=4, policy_max_new_tokens=64, judge_max_new_tokens=32)
   policy = Scripted(tokenizer, _countdown_policy)
   silent = Scripted(tokenizer, lambda text, k: "I am not sure.")
-  m = SelfJudgeEnv(config, tokenizer, judge_sample=silent).play(
+  m = SelfJudgeEnv(config, tokenizer, judge_sample=silent).play_episodes(
       PROBLEMS, policy, np.random.default_rng(0), step=1).metrics
   assert m["self_judge/judge_parse_failure_rate"] == 1.0
   assert m["self_judge/reward"] == pytest.approx(0.1 * m["self_judge/format_rate"])
@@ -128,7 +128,7 @@ def test_metrics_without_positives_leave_tpr_out():
   env = SelfJudgeEnv(SelfJudgeConfig(group_size=1), tokenizer)
   policy = Scripted(tokenizer, lambda t, k: "<answer>1+1</answer>" if "judge" not in t
                     else "\\boxed{0}")
-  batch = env.play(PROBLEMS[:1], policy, np.random.default_rng(0), step=1)  # the policy judges
+  batch = env.play_episodes(PROBLEMS[:1], policy, np.random.default_rng(0), step=1)  # the policy judges
   assert len(policy.calls) == 2
   assert "self_judge/judge_tpr" not in batch.metrics
   assert batch.metrics["self_judge/judge_tnr"] == 1.0
@@ -155,7 +155,7 @@ def test_judge_schedules_drive_the_judge(mode, expected):
   for step in range(1, 6):
     action = schedule.weights_at(step)
     version = 0 if action == INITIAL else step if action == POLICY else version
-    batch = env.play(PROBLEMS[:1], policy, np.random.default_rng(step), step,
+    batch = env.play_episodes(PROBLEMS[:1], policy, np.random.default_rng(step), step,
                      judge_sample=judge_with(version))
     seen.append(int(re.match(r"v(\d+)", batch.records[0]["answers"][0]["judge_response"])[1]))
     rewards.append(batch.trajectories[0].reward)
@@ -172,7 +172,7 @@ def test_integration_task(pool):
   env = SelfJudgeEnv(SelfJudgeConfig(task="integration", group_size=3), tokenizer,
                      judge_sample=judge, pool=pool)
   problem = integration.Problem.from_sympy("2*x")
-  batch = env.play([problem], policy, np.random.default_rng(0), step=1)
+  batch = env.play_episodes([problem], policy, np.random.default_rng(0), step=1)
   assert "SymPy expression" in policy.calls[0][0][0] and "<answer>" in policy.calls[0][0][0]
   assert "Differentiate" in judge.calls[0][0][0]
   assert [r.reward for r in batch.trajectories] == pytest.approx([1.1, 0.1, 0.0])
@@ -191,7 +191,7 @@ def test_an_answer_past_the_verifier_safety_net_is_scored_as_unparseable(pool):
   env = SelfJudgeEnv(SelfJudgeConfig(task="integration", group_size=2,
                                      verifier_time_limit_s=1e-4), tokenizer,
                      judge_sample=judge, pool=pool)
-  batch = env.play([integration.Problem.from_sympy("2*x")], policy, np.random.default_rng(0),
+  batch = env.play_episodes([integration.Problem.from_sympy("2*x")], policy, np.random.default_rng(0),
                    step=1)
   # The judge's 1, no format bonus, not correct: the reward of an unparseable answer.
   assert [r.reward for r in batch.trajectories] == pytest.approx([1.0, 1.0])
@@ -206,7 +206,7 @@ def test_sample_count_mismatch_raises():
   tokenizer = ByteTokenizer()
   env = SelfJudgeEnv(SelfJudgeConfig(group_size=2), tokenizer)
   with pytest.raises(ValueError, match="completions"):
-    env.play(PROBLEMS[:1], lambda prompts, **kw: [], np.random.default_rng(0), 1)
+    env.play_episodes(PROBLEMS[:1], lambda prompts, **kw: [], np.random.default_rng(0), 1)
 
 
 @pytest.mark.parametrize("per_call", [0, 1])
@@ -243,7 +243,7 @@ def test_constrained_verdicts_and_the_answer_prefill():
     return [Completion(tuple(kw["choices"][k % 2]), (-0.1,) * len(kw["choices"][k % 2]), "stop")
             for k in range(len(prompts))]
 
-  batch = SelfJudgeEnv(config, tokenizer, judge_sample=judge).play(
+  batch = SelfJudgeEnv(config, tokenizer, judge_sample=judge).play_episodes(
       PROBLEMS, policy, np.random.default_rng(0), step=1)
   assert all(p.endswith("<answer>") for p in seen["policy"])
   judge_prompts, kw = seen["judge"]

@@ -62,7 +62,7 @@ def test_a_task_registered_by_a_test_plays_a_step(parity):
   judge = Scripted(tokenizer, lambda t, k: "\\boxed{1}")
   env = SelfJudgeEnv(SelfJudgeConfig(task="toy_parity", group_size=3), tokenizer,
                      judge_sample=judge)
-  batch = env.play(["3"], policy, np.random.default_rng(0), step=1)
+  batch = env.play_episodes(["3"], policy, np.random.default_rng(0), step=1)
 
   assert policy.calls[0][0][0].startswith("Is 3 even or odd?")
   assert judge.calls[0][0][0] == ("Is 3 even or odd? Someone answered: even\n"

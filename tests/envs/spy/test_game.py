@@ -23,7 +23,7 @@ def _play(config, items, policy=None, step=1, seed=0, tokenizer=None):
   policy = policy or ScriptedPolicy(
       tokenizer, functools.partial(spy_marker_player, task=config.task), spy_finding_detector)
   env = SpyGame(config, tokenizer, record_prompts=True)
-  batch = env.play(items, policy, np.random.default_rng(seed), step)
+  batch = env.play_episodes(items, policy, np.random.default_rng(seed), step)
   return env, policy, batch
 
 
@@ -264,7 +264,7 @@ def test_empty_batch_and_sample_mismatch():
   assert batch.trajectories == [] and batch.records == [] and batch.record_text == ""
   env = SpyGame(config, ByteTokenizer())
   with pytest.raises(ValueError, match="completions"):
-    env.play(["a story prompt"], lambda prompts, **kw: [], np.random.default_rng(0), 1)
+    env.play_episodes(["a story prompt"], lambda prompts, **kw: [], np.random.default_rng(0), 1)
 
 
 def test_item_fields():
@@ -334,7 +334,7 @@ def test_constrained_votes_are_one_of_the_valid_answers():
   tokenizer = ByteTokenizer()
   sample, calls = _choosing_policy(tokenizer, _vote_for_the_marked_spy)
   env = SpyGame(config, tokenizer, record_prompts=True)
-  batch = env.play(bundled_corpus("summarisation")[:2], sample, np.random.default_rng(0), 1)
+  batch = env.play_episodes(bundled_corpus("summarisation")[:2], sample, np.random.default_rng(0), 1)
   detector_call = calls[-1]
   assert [tokenizer.decode(c) for c in detector_call["choices"]] == ["1}", "2}", "3}", "4}",
                                                                      "N/A}"]

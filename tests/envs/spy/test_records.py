@@ -24,7 +24,7 @@ def _batch(record_prompts, step=3):
   policy = ScriptedPolicy(tokenizer, functools.partial(spy_marker_player, task="writing"),
                           lambda prompt: next(responses))
   env = SpyGame(config, tokenizer, record_prompts=record_prompts)
-  return env.play(bundled_corpus("writing")[:2], policy, np.random.default_rng(0), step)
+  return env.play_episodes(bundled_corpus("writing")[:2], policy, np.random.default_rng(0), step)
 
 
 def test_record_text_has_the_whole_game():
