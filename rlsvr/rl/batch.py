@@ -25,7 +25,7 @@ detectors of one game) are laid out so that the update runs each prompt once
   completion_mask_BxC    [ 1  1 ...   1    0 ...   0]
   loss_mask_BxC, sampler_logp_BxC, advantages_B as above
 
-The update splits rows (and prompts) i -> part i % parts (updates per batch x
+The update splits rows (and prompts) i -> part i % n_parts (updates per batch x
 micro-batches); the rows are reordered so that each part holds its rows' prompts
 (`prompt_index_B` counts within the part), while every update gets the same rows
 as in the whole-row layout. Over data shards the layout is still exact, but XLA
@@ -151,53 +151,56 @@ def _shared_prompt_layout(rows, p: int, c: int, b: int, config: GRPOConfig,
                           pad_id: int) -> dict[str, np.ndarray] | None:
   """The shared-prompt batch of `build_batch` (module docstring), or None when it would
   not save enough tokens."""
-  k, mb = config.updates_per_batch, config.micro_batch_size
-  if b % k or (mb and (b // k) % mb):
+  updates, micro_batch = config.updates_per_batch, config.micro_batch_size
+  if b % updates or (micro_batch and (b // updates) % micro_batch):
     return None  # `train_step` refuses such a batch anyway, with the reason.
-  n = b // k // mb if mb else 1  # Micro-batches per update.
-  parts = k * n  # How `train_step` splits the rows: row i to part i % parts.
-  per_part = b // parts
-  # Each update gets the rows the whole-row layout gives it (i % k), so every update is
-  # the same; inside it, each prompt's rows are packed into its n micro-batches of
-  # per_part rows, into one (if any) with room for all of them, else split.
-  parts_rows = {}
-  for update in range(k):
+  micro_batches = b // updates // micro_batch if micro_batch else 1  # Per update.
+  n_parts = updates * micro_batches  # `train_step` sends batch row i to part i % n_parts.
+  rows_per_part = b // n_parts
+  # Each update gets the rows the whole-row layout gives it (row i to update i % updates),
+  # so every update is the same; inside it, each prompt's rows are packed into its
+  # micro-batches, into one (if any) with room for all of them, else split.
+  rows_of_part: dict[int, list] = {}
+  for update in range(updates):
     groups: dict[tuple[int, ...], list] = {}
-    for row in rows[update::k]:
+    for row in rows[update::updates]:
       groups.setdefault(tuple(row[0].prompt_ids), []).append(row)
-    packed = [[] for _ in range(n)]
+    packed: list[list] = [[] for _ in range(micro_batches)]
     for group in sorted(groups.values(), key=len, reverse=True):  # Largest first: fewer splits.
       while group:
-        room = [per_part - len(part) for part in packed]
-        fits = [m for m in range(n) if room[m] >= len(group)]
+        room = [rows_per_part - len(part) for part in packed]
+        fits = [m for m in range(micro_batches) if room[m] >= len(group)]
         m = min(fits, key=lambda m: room[m]) if fits else int(np.argmax(room))
         packed[m] += group[:room[m]]
         group = group[room[m]:]
-    for m, part in enumerate(packed):
-      parts_rows[m * k + update] = part
-  prompts = {q: list(dict.fromkeys(tuple(t.prompt_ids) for t, _ in part))
-             for q, part in parts_rows.items()}
-  u_part = max(1, max(len(x) for x in prompts.values()))  # Every part holds as many.
-  u = u_part * parts
-  if u * p + b * c > _SHARED_TOKENS_FRACTION * b * (p + c):
+    for m, part_rows in enumerate(packed):
+      rows_of_part[m * updates + update] = part_rows
+  prompts_of_part = {part: list(dict.fromkeys(tuple(t.prompt_ids) for t, _ in part_rows))
+                     for part, part_rows in rows_of_part.items()}
+  # Every part holds as many prompt rows, so they too split by i % n_parts.
+  prompts_per_part = max(1, max(len(x) for x in prompts_of_part.values()))
+  n_prompt_rows = prompts_per_part * n_parts
+  if n_prompt_rows * p + b * c > _SHARED_TOKENS_FRACTION * b * (p + c):
     return None
-  prompt_tokens = np.full((u, p), pad_id, np.int32)
-  prompt_mask = np.zeros((u, p), np.int32)
+  prompt_tokens = np.full((n_prompt_rows, p), pad_id, np.int32)
+  prompt_mask = np.zeros((n_prompt_rows, p), np.int32)
   prompt_index = np.zeros((b,), np.int32)
   tokens = np.full((b, c), pad_id, np.int32)
   attention = np.zeros((b, c), np.int32)
   loss_mask = np.zeros((b, c), np.float32)
   sampler_logp = np.zeros((b, c), np.float32)
   adv = np.zeros((b,), np.float32)
-  for q, part in parts_rows.items():
-    local = {ids: v for v, ids in enumerate(prompts[q])}  # Index within part q.
-    for ids, v in local.items():
-      prompt_tokens[v * parts + q, p - len(ids):] = ids
-      prompt_mask[v * parts + q, p - len(ids):] = 1
-    for l, (t, a) in enumerate(part):  # Padding rows (the rest) read the part's prompt 0.
-      i = l * parts + q
+  for part, part_rows in rows_of_part.items():
+    slot_of_prompt = {ids: slot for slot, ids in enumerate(prompts_of_part[part])}
+    for ids, slot in slot_of_prompt.items():
+      prompt_row = slot * n_parts + part
+      prompt_tokens[prompt_row, p - len(ids):] = ids
+      prompt_mask[prompt_row, p - len(ids):] = 1
+    # Padding rows (the part's rows after its last real one) read the part's prompt 0.
+    for position, (t, a) in enumerate(part_rows):
+      i = position * n_parts + part
       n_c = len(t.completion_ids)
-      prompt_index[i] = local[tuple(t.prompt_ids)]
+      prompt_index[i] = slot_of_prompt[tuple(t.prompt_ids)]
       tokens[i, :n_c] = t.completion_ids
       attention[i, :n_c] = 1
       loss_mask[i, :n_c] = 1.0
