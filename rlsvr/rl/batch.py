@@ -11,8 +11,9 @@ The prompt ends at column P and the completion starts there, so every row's
 completion starts at the same column, and the per-token arrays of the loss
 cover only the last C columns: the update never computes logits (the largest
 activation) for prompt positions, which in the spy game's detection prompts
-outnumber the completion tokens many times over. P and C are rounded up to buckets
-(powers of two), so a run compiles a handful of shapes, not one per step.
+outnumber the completion tokens many times over. P and C are rounded up to the
+sampler's length buckets (`sampling.layout.length_buckets`), so a run compiles a
+handful of shapes, not one per step.
 
 With `share_prompts`, rows that continue the same prompt (a GRPO group, the
 detectors of one game) are laid out so that the update runs each prompt once
