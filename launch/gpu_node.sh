@@ -6,8 +6,10 @@
 #   bash launch/gpu_node.sh --config=configs/spy_summ.py --workdir=runs/spy_summ \
 #       [--dry-run] [--no-setup] [-- --config.steps=50]
 #
-# The mesh is config.mesh.shape: by default fsdp over every GPU; the paper's
-# tensor-parallel-8 is `-- --config.mesh.shape.fsdp=1 --config.mesh.shape.tensor=8`.
+# The mesh is config.mesh.shape: by default fsdp over every GPU. Tensor-parallel-8, as
+# the paper ran, keeps every micro-batch row on every GPU, so it fits with one row:
+# `-- --config.mesh.shape.fsdp=1 --config.mesh.shape.tensor=8 --config.grpo.micro_batch_size=1`
+# (docs/scaling.md; `python -m rlsvr.plan` with the same flags checks it).
 source "$(dirname "$0")/_common.sh"
 parse_flags "$@"
 cd "$REPO"

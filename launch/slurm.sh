@@ -6,7 +6,11 @@
 #
 #   bash launch/slurm.sh --nodes=4 --gpus_per_node=8 [--partition=gpu] [--time=48:00:00] \
 #       --config=configs/spy_summ.py --workdir=/shared/runs/spy_summ \
-#       [--dry-run] [--no-setup] [-- --config.mesh.shape.data=4]
+#       [--dry-run] [--no-setup] [-- --config.mesh.shape.data=4 --config.mesh.shape.fsdp=8 \
+#       --config.grpo.micro_batch_size=32 --config.sampling.max_cache_tokens=2621440]
+#
+# Rows split over data x fsdp only when they divide it, so the per-step row counts grow
+# with the data shards (docs/scaling.md, "More devices"; `python -m rlsvr.plan` checks it).
 #
 # Sets up .venv here (the repo must be on the shared filesystem too), writes the job
 # script to WORKDIR/slurm_job.sh and submits it with sbatch. --dry-run prints the job
