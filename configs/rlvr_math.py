@@ -4,6 +4,7 @@ r"""RLVR on math word problems: GRPO with Python reward functions (`env = "rewar
   python -m rlsvr.train --config=configs/rlvr_math.py:cpu            # SmolLM2-135M on the CPU
   python -m rlsvr.train --config=configs/rlvr_math.py:smoke          # seconds, random tiny model
   python -m rlsvr.train --config=configs/rlvr_math.py:math500        # MATH-500 (shared data)
+  python -m rlsvr.train --config=configs/rlvr_math.py:cpu --config.data.source=gsm8k  # shared GSM8K
   python -m rlsvr.train --config=configs/rlvr_math.py \
       --config.reward_fn.reward_funcs=my_pkg.rewards:correct,trl.rewards:think_format_reward \
       --config.reward_fn.reward_weights=1.0,0.2
@@ -12,11 +13,16 @@ Variants (comma-separated):
   (none)   GSM8K train from the hub (`openai/gsm8k`, needs network or the HF cache),
            Qwen3-1.7B without thinking, 64 prompts x 8 samples, 1024 new tokens,
            reward = accuracy + 0.1 format, lr 1e-6, KL 0.001
-  cpu      SmolLM2-135M-Instruct on GSM8K from the shared data folder (its test split:
-           the only one there), 4 prompts x 4 samples; replies start with the answer
-           box (answer_prefill): within a CPU budget a 135M model never writes one itself
-  smoke    tiny random Qwen3 with the Qwen3 tokenizer; seconds (tests)
-  math500  MATH-500 from the shared data folder instead of GSM8K
+  cpu      SmolLM2-135M-Instruct on the bundled generated word problems
+           (`bundled:arithmetic`, `rlsvr.data.arithmetic`: no file, no network), 4 prompts
+           x 4 samples; replies start with the answer box (answer_prefill): within a CPU
+           budget a 135M model never writes one itself
+  smoke    tiny random Qwen3 with the Qwen3 tokenizer on 16 bundled problems; seconds (tests)
+  math500  MATH-500 from the shared data folder instead (with cpu / smoke too)
+
+`cpu` and `smoke` read the bundled problems so that a fresh clone runs them offline;
+`--config.data.source=gsm8k` (GSM8K's test split in the shared data folder, $RLSVR_DATA
+or ../shared/data), `hub:openai/gsm8k:main` or a local file trains on other prompts.
 
 Reward functions use TRL's calling convention (rlsvr/rewards/calling.py):
 `f(prompts=, completions=, completion_ids=, **dataset_columns) -> list[float | None]`.
@@ -27,6 +33,9 @@ from configs.base import base_config, parse_variants, run_locally
 from rlsvr.eval.math_suites import INSTRUCTION
 
 VARIANTS = ("cpu", "smoke", "math500")
+# Generated prompts (rlsvr/data/arithmetic.py) for the CPU-sized variants: the README's command
+# must run from a fresh clone, where neither the shared data folder nor the network is.
+BUNDLED = "bundled:arithmetic"
 
 
 def get_config(arg=None) -> ml_collections.ConfigDict:
@@ -56,7 +65,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   c.reward_fn.reward_weights = "1.0,0.1"  # One per function; "" : all 1.
   # Safety net per reward-function call: past it the step fails naming the function (0: off).
   c.reward_fn.reward_timeout_s = 600.0
-  c.data.source = "hub:openai/gsm8k:main"  # A math suite, hub:<name>[:config] or a local file.
+  # A math suite, bundled:arithmetic, hub:<name>[:config] or a local file (envs/reward_fn/data.py).
+  c.data.source = "hub:openai/gsm8k:main"
   c.data.split = "train"
   c.data.limit = 0  # At most this many prompts (0: all).
 
@@ -66,7 +76,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     # Sized for a few minutes on 2 CPU cores: sampling 16 x 24 tokens and one update over
     # 16 short rows per step.
     run_locally(c, "smollm2")
-    c.data.source = "math500" if "math500" in variants else "gsm8k"
+    c.data.source = "math500" if "math500" in variants else BUNDLED
     c.steps = 6
     c.reward_fn.prompts_per_step = 4
     c.reward_fn.group_size = 4
@@ -77,7 +87,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     c.checkpoint.every = 3
   if "smoke" in variants:
     run_locally(c, "random:tiny", tokenizer="qwen3")
-    c.data.source = "math500" if "math500" in variants else "gsm8k"
+    c.data.source = "math500" if "math500" in variants else BUNDLED
     c.data.limit = 16
     c.steps = 2
     c.reward_fn.prompts_per_step = 2

@@ -2,6 +2,10 @@
 
 `data.source` is one of:
 
+  bundled:arithmetic[:seed] generated GSM8K-style word problems with integer answers
+                           (`rlsvr.data.arithmetic`): no file, no network, so a fresh
+                           clone trains offline; rows {question, answer, id}; `data.limit`
+                           of them (0: 5000), drawn with `seed` (default: a fixed one)
   <suite>                  a free-form math set of the shared data folder, read by
                            `rlsvr.data.math_datasets` (gsm8k, math500, aime24, aime25,
                            amc23, minerva_math): rows {question, answer, id}, the
@@ -18,12 +22,14 @@ import json
 import os
 from typing import Any, Mapping, Sequence
 
-from rlsvr.data import math_datasets, sources
+from rlsvr.data import arithmetic, math_datasets, sources
 from rlsvr.rewards.calling import NOT_COLUMNS
 from rlsvr.model.tokenizer import encode_chat
 
 _FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt")
 _MULTIPLE_CHOICE = ("mmlu_pro", "gpqa_diamond")  # Letter answers: not for math-verify.
+_BUNDLED = "bundled:"
+BUNDLED_SETS = ("arithmetic",)  # Generated sets: `bundled:<name>[:seed]`.
 
 
 def free_form_suites() -> list[str]:
@@ -34,18 +40,35 @@ def check_source(source: str) -> None:
   """ValueError for a `data.source` that names none of the kinds above."""
   if source in free_form_suites() or source.startswith("hub:"):
     return
+  if source.startswith(_BUNDLED):
+    _bundled(source)
+    return
   if source in math_datasets.SUITES:
     raise ValueError(f"data.source={source!r} is a multiple-choice suite; the reward_fn "
                      f"environment reads free-form sets: {free_form_suites()}")
   if not (os.path.isfile(source) or source.lower().endswith(_FILE_SUFFIXES)):
     raise ValueError(f"data.source={source!r}: use a math suite {free_form_suites()}, "
-                     "'hub:<org/name>[:config]', or a local .jsonl/.json/.csv/.parquet file")
+                     "'bundled:arithmetic', 'hub:<org/name>[:config]', or a local "
+                     ".jsonl/.json/.csv/.parquet file")
+
+
+def _bundled(source: str) -> int:
+  """The seed of a `bundled:<name>[:seed]` source; ValueError naming what is wrong."""
+  name, _, seed = source[len(_BUNDLED):].partition(":")
+  if name not in BUNDLED_SETS:
+    raise ValueError(f"data.source={source!r}: no bundled set {name!r}; have "
+                     f"{[_BUNDLED + n for n in BUNDLED_SETS]}")
+  if seed and not seed.isdigit():
+    raise ValueError(f"data.source={source!r}: the seed after the name must be an integer")
+  return int(seed) if seed else arithmetic.DEFAULT_SEED
 
 
 def load_rows(c) -> list[dict[str, Any]]:
   """The rows named by `c.data` (module docstring)."""
   source, limit = c.data.source, c.data.limit
   check_source(source)
+  if source.startswith(_BUNDLED):
+    return arithmetic.rows(limit, _bundled(source))
   if source in math_datasets.SUITES:
     return [dict(question=item.question, answer=item.answer, id=item.id)
             for item in math_datasets.load(source, "", limit=limit, seed=c.seed)]
