@@ -94,7 +94,7 @@ def test_two_updates_per_batch_equal_two_hand_written_updates(params, truncated)
   # per half of the rows (rows i % 2 == k), each its own token-mean loss against them.
   old = trainer_logprobs(params, truncated)
   tx = make_optimizer(cfg)
-  opt, p = tx.init(params), params
+  opt, p = jax.jit(tx.init)(params), params
 
   @jax.jit
   def grad_fn(p, mb, old_logp):
@@ -105,10 +105,14 @@ def test_two_updates_per_batch_equal_two_hand_written_updates(params, truncated)
       return grpo.policy_loss(logp[:, -mask.shape[1]:], old_logp, adv, mask)[0]
     return jax.grad(loss_fn)(p)
 
+  @jax.jit  # One program, not an eager compile per optax op and leaf.
+  def adamw_step(p, opt, grads):
+    updates, opt = tx.update(grads, opt, p)
+    return optax.apply_updates(p, updates), opt
+
   for k in range(2):
     mb = {key: v[k::2] for key, v in truncated.items()}
-    updates, opt = tx.update(grad_fn(p, mb, old[k::2]), opt, p)
-    p = optax.apply_updates(p, updates)
+    p, opt = adamw_step(p, opt, grad_fn(p, mb, old[k::2]))
   for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(p)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=0)
   # The second update's ratios are against the pre-update policy: no longer 1.
