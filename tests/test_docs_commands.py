@@ -15,10 +15,11 @@ would run it: from the repository root of a temporary copy of the working tree
 there; `.venv` linked in; one hard-linked copy per chain, below), so `runs/`,
 `exported/` and the like land in the copy and `../shared` next to it does not
 exist; with `RLSVR_DATA` an empty folder (the only other way to the shared data,
-`rlsvr.data.sources.shared_data_dir`), `HF_*_OFFLINE=1`, `JAX_PLATFORMS=cpu`, no
-forced device count, and `PYTHONPATH` the folder holding the docs' example files
-(`my_rewards.py`, `my_loss.py`, ...: `readme_examples()` of
-tests/test_readme_examples.py), where the README tells the user to put them.
+`rlsvr.data.sources.shared_data_dir`), `HF_*_OFFLINE=1`, `JAX_PLATFORMS=cpu`,
+the suite's 8 host devices (so the suite's compiled programs are shared), and
+`PYTHONPATH` the folder holding the docs' example files (`my_rewards.py`,
+`my_loss.py`, ...: `readme_examples()` of tests/test_readme_examples.py), where
+the README tells the user to put them.
 `python` / `python3` is this test's interpreter (the user's activated `.venv`);
 `.venv/bin/python` stays as written (it exists in the copy).
 
@@ -101,8 +102,11 @@ def user_clone(tmp_path_factory):
   for name, code in readme_examples().items():
     (user / name).write_text(code)
   (root / "empty_data").mkdir()
+  # XLA_FLAGS stays the suite's (8 host devices, tests/conftest.py): the commands'
+  # programs are then those the suite's own smoke runs compiled, read back from the
+  # persistent compilation cache instead of compiled again in every subprocess.
   env = {k: v for k, v in os.environ.items()
-         if not k.startswith(("PYTEST_", "COV_")) and k not in ("PYTHONPATH", "XLA_FLAGS")}
+         if not k.startswith(("PYTEST_", "COV_")) and k != "PYTHONPATH"}
   env.update(RLSVR_DATA=str(root / "empty_data"), PYTHONPATH=str(user), JAX_PLATFORMS="cpu",
              HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
              TOKENIZERS_PARALLELISM="false")
