@@ -4,8 +4,8 @@ environment registry and the `reward_fn` environment, with a TRL-style reward.
   python bench/learning_reward_fn.py            # ~2 minutes on 2 CPU cores
   python bench/learning_reward_fn.py --seed 1 --lr 1e-3 --steps 40
 
-The config is `configs/rlvr_math.py:smoke` (a tiny random Qwen3, GSM8K prompts
-from ../shared/data) with one reward function, `even_tokens` below: the share
+The config is `configs/rlvr_math.py:smoke` (a tiny random Qwen3, the generated
+word problems of `bundled:arithmetic`) with one reward function, `even_tokens` below: the share
 of a completion's token ids that are even. It is dense, so a policy that
 learns shows it within tens of steps; chance is ~0.5 and the maximum 1.
 Sampling at temperature 0.3 concentrates the random model on a few tokens per
