@@ -1,11 +1,14 @@
-"""Test-wide setup: 8 fake CPU devices for sharding tests, no network, fp32 matmuls.
+"""Test-wide setup: 8 fake CPU devices for sharding tests, XLA at -O0 (tests/xla.py), no
+network, fp32 matmuls.
 
 XLA reads its flags once, when jax is first imported, so they are set here,
 before any test module imports jax.
 """
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from tests import xla
+
+os.environ["XLA_FLAGS"] = xla.flags(base=os.environ.get("XLA_FLAGS", ""))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Tests never reach a hub: a hub name must fail at once, not hang on a socket.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

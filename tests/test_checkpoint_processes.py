@@ -13,6 +13,8 @@ import subprocess
 import sys
 import textwrap
 
+from tests import xla
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = textwrap.dedent("""
@@ -55,8 +57,7 @@ def _free_port() -> int:
 
 def _run_both(workdir: str, phase: str) -> list[str]:
   port = _free_port()
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-         "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
+  env = xla.child_env(devices=1, PYTHONPATH=REPO, JAX_PLATFORMS="cpu")
   procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(port), str(i), workdir, phase],
                             cwd=REPO, env=env, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT) for i in range(2)]

@@ -102,7 +102,7 @@ def user_clone(tmp_path_factory):
   for name, code in readme_examples().items():
     (user / name).write_text(code)
   (root / "empty_data").mkdir()
-  # XLA_FLAGS stays the suite's (8 host devices, tests/conftest.py): the commands'
+  # XLA_FLAGS stays the suite's (8 host devices, -O0: tests/xla.py): the commands'
   # programs are then those the suite's own smoke runs compiled, read back from the
   # persistent compilation cache instead of compiled again in every subprocess.
   env = {k: v for k, v in os.environ.items()

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from rlsvr import metrics
+from tests import xla
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,20 +89,18 @@ exit $status
 """)
   for f in ("sbatch", "srun"):
     (bin_dir / f).chmod(0o755)
-  # XLA at -O0 in every run: a third of the compile time, and the same program in each.
-  fast = "--xla_backend_optimization_level=0 --xla_force_host_platform_device_count="
   # One device per process keeps the compiles small; the mesh spans both processes.
   smoke = ["--config.steps=1", "--config.mesh.shape.data=1", "--config.mesh.shape.fsdp=2"]
   single, multi = str(tmp_path / "single"), str(tmp_path / "multi")
   log = str(tmp_path / "task")
-  env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SLURM_LOG": log}
+  env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SLURM_LOG": log}
   job = subprocess.Popen(
       ["bash", "launch/slurm.sh", "--nodes=2", "--no-setup", "--config=configs/spy_summ.py:smoke",
        f"--workdir={multi}", "--", *smoke], cwd=REPO, text=True,
-      env={**env, "XLA_FLAGS": fast + "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+      env=xla.child_env(1, **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   ref = subprocess.Popen(
       [sys.executable, "-m", "rlsvr.train", "--config=configs/spy_summ.py:smoke", *smoke,
-       f"--workdir={single}"], cwd=REPO, env={**env, "XLA_FLAGS": fast + "2"}, text=True,
+       f"--workdir={single}"], cwd=REPO, env=xla.child_env(2, **env), text=True,
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   outs = []
   for p in (job, ref):

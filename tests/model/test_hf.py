@@ -11,6 +11,7 @@ import transformers
 
 from rlsvr import parallel
 from rlsvr.model import hf, qwen3
+from tests import xla
 from tests.model.hf_reference import hf_logits, left_padded, make_hf_model
 
 apply = jax.jit(qwen3.apply, static_argnums=0)
@@ -125,7 +126,7 @@ def test_loading_needs_no_more_host_memory_than_the_largest_tensor(tmp_path):
   def transient(method):
     out = subprocess.run([sys.executable, bench_path, "--child", method, str(tmp_path)],
                          capture_output=True, text=True, timeout=300, check=True,
-                         env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+                         env=xla.child_env(devices=8))
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["final"] - r["baseline"] > 0.8 * sizes["file"]  # the weights did arrive
     return r["peak"] - r["final"]

@@ -9,7 +9,7 @@ import pytest
 from rlsvr.model import qwen3
 from rlsvr.model.config import ModelConfig
 from rlsvr.rl import logprobs
-from tests.rl.tiny import CONFIG, compile_fast, random_params
+from tests.rl.tiny import CONFIG, random_params
 
 
 
@@ -38,9 +38,9 @@ def test_matches_full_logits(setup):
   params, tokens, mask = setup
   # 21 positions in chunks of 5: the last chunk is padded.
   fn = jax.jit(functools.partial(logprobs.token_logprobs, CONFIG, chunk=5, temperature=0.7))
-  logp, ent = compile_fast(fn, params, tokens, mask)(params, tokens, mask)
+  logp, ent = fn(params, tokens, mask)
   ref_fn = jax.jit(functools.partial(reference, temperature=0.7))
-  ref_logp, ref_ent = compile_fast(ref_fn, params, tokens, mask)(params, tokens, mask)
+  ref_logp, ref_ent = ref_fn(params, tokens, mask)
   real = mask.astype(bool)
   np.testing.assert_allclose(np.asarray(logp)[real], np.asarray(ref_logp)[real], atol=2e-5)
   np.testing.assert_allclose(np.asarray(ent)[real], np.asarray(ref_ent)[real], atol=2e-5)
@@ -60,10 +60,10 @@ def test_gradients_match_with_chunks_and_remat(setup):
     logp, ent = reference(p, tokens, mask)
     return (weights * (logp + 0.1 * ent)).sum()
 
-  ref = compile_fast(jax.jit(jax.grad(ref_objective)), params)(params)
+  ref = jax.jit(jax.grad(ref_objective))(params)
   # Chunked unembedding and rematerialised layers at once: one compile on a slow machine.
   got_fn = jax.jit(functools.partial(jax.grad(objective), chunk=4, remat=True))
-  got = compile_fast(got_fn, params)(params)
+  got = got_fn(params)
   for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], jax.tree.leaves(ref)):
     # float32 recomputation reorders sums: compare relative to the largest entry.
     np.testing.assert_allclose(a, b, atol=1e-5 * np.abs(b).max(), err_msg=str(path))

@@ -15,10 +15,9 @@ from rlsvr.rl.batch import build_batch
 from rlsvr.rl.logprobs import token_logprobs
 from rlsvr.rl.train_step import GRPOConfig, init_train_state, make_optimizer, train_step
 from rlsvr.sampling import Sampler
-from tests.rl.tiny import CONFIG, compile_fast, random_params
+from tests.rl.tiny import CONFIG, random_params
 
 CFG = GRPOConfig(lr=1e-2, weight_decay=0.0)
-_COMPILED = {}
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +48,7 @@ def full(params):
 
 def step(cfg, params, batch):
   state = init_train_state(CONFIG, cfg, params)
-  if cfg not in _COMPILED:
-    _COMPILED[cfg] = compile_fast(train_step, state, batch)
-  state, metrics = _COMPILED[cfg](state, batch)
+  state, metrics = train_step(state, batch)
   return state, jax.tree.map(float, metrics)
 
 

@@ -10,7 +10,7 @@ from rlsvr import train
 from rlsvr.rl.rollout import Trajectory
 from rlsvr.rl.batch import build_batch
 from rlsvr.rl.train_step import GRPOConfig, init_train_state, sampling_params, train_step
-from tests.rl.tiny import CONFIG, compile_fast, random_params
+from tests.rl.tiny import CONFIG, random_params
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def paper_update_config(**overrides) -> GRPOConfig:
 
 def one_step(cfg, params, batch):
   state = init_train_state(CONFIG, cfg, params)
-  state, metrics = compile_fast(train_step, state, batch)(state, batch)
+  state, metrics = train_step(state, batch)
   return state, jax.tree.map(float, metrics)
 
 
@@ -106,8 +106,7 @@ def test_a_resumed_run_continues_from_the_fp32_masters(params, batch, tmp_path):
 
   cfg = paper_update_config(kl_coef=0.0, lr=1e-4)
   state = init_train_state(CONFIG, cfg, params)
-  step = compile_fast(train_step, state, batch)
-  state, _ = step(state, batch)
+  state, _ = train_step(state, batch)
   saver = checkpoint.Checkpointer(str(tmp_path))
   saver.save(1, state, {}, {})
   saver.close()
@@ -120,7 +119,7 @@ def test_a_resumed_run_continues_from_the_fp32_masters(params, batch, tmp_path):
   leaves = [np.asarray(x) for x in jax.tree.leaves(restored.params)]
   lossy = [x != x.astype(jnp.bfloat16).astype(np.float32) for x in leaves]
   assert sum(x.sum() for x in lossy) / sum(x.size for x in lossy) > 0.9
-  expected, _ = step(state, batch)
-  continued, _ = step(restored, batch)
+  expected, _ = train_step(state, batch)
+  continued, _ = train_step(restored, batch)
   for a, b in zip(jax.tree.leaves(continued.params), jax.tree.leaves(expected.params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

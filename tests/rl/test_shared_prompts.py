@@ -11,7 +11,7 @@ from rlsvr.rl.batch import build_batch
 from rlsvr.rl.logprobs import shared_prompt_logprobs, token_logprobs
 from rlsvr.rl.rollout import Trajectory
 from rlsvr.rl.train_step import GRPOConfig, init_train_state, train_step
-from tests.rl.tiny import CONFIG, compile_fast, random_params
+from tests.rl.tiny import CONFIG, random_params
 
 # kl, entropy and sampler-IS terms on: every input of the loss goes through the layout.
 BASE = GRPOConfig(lr=1e-3, kl_coef=0.1, entropy_coef=0.01, adam_eps=1e-4, rollout_is="token")
@@ -109,7 +109,7 @@ def one_step(cfg, params, batch, mesh=None):
   if mesh is not None:
     params, batch = parallel.shard_params(params, mesh), parallel.put_batch(batch, mesh)
   state = init_train_state(CONFIG, cfg, params)
-  state, metrics = compile_fast(train_step, state, batch)(state, batch)
+  state, metrics = train_step(state, batch)
   return jax.tree.map(np.asarray, (state.params, metrics))
 
 

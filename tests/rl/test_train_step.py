@@ -17,14 +17,13 @@ from rlsvr.rl.batch import build_batch
 from rlsvr.rl.logprobs import token_logprobs
 from rlsvr.rl.train_step import (GRPOConfig, TrainState, init_train_state, make_optimizer,
                                  reference_logprobs, train_step)
-from tests.rl.tiny import CONFIG, compile_fast, random_params
+from tests.rl.tiny import CONFIG, random_params
 
 # kl and entropy terms on, so every part of the loss is exercised by each test. Adam's
 # first step is ~lr * sign(g), which turns float32 noise in a near-zero gradient entry into
 # a full-size difference; eps = 1e-4 keeps the update continuous in g for the 1e-6 checks.
 BASE = GRPOConfig(lr=1e-3, kl_coef=0.1, entropy_coef=0.01, weight_decay=0.01, adam_eps=1e-4)
 
-_COMPILED = {}
 logprobs_fn = jax.jit(functools.partial(token_logprobs, CONFIG))
 
 
@@ -34,14 +33,6 @@ def completion_logprobs(params, batch, fn=logprobs_fn):
   c = batch["loss_mask_BxC"].shape[1]
   logp, entropy = fn(params, batch["tokens_BxT"], batch["attention_mask_BxT"])
   return logp[:, -c:], entropy[:, -c:]
-
-
-def step(state, batch, sharded=False):
-  """`train_step` itself (lowered from it, donation included), compiled fast."""
-  key = (state.config, sharded)
-  if key not in _COMPILED:
-    _COMPILED[key] = compile_fast(train_step, state, batch)
-  return _COMPILED[key](state, batch)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +67,7 @@ def run(config, params, batch, mesh=None):
     rows = NamedSharding(mesh, P(("data", "fsdp")))
     batch = {k: jax.device_put(v, rows) for k, v in batch.items()}
   state = init_train_state(CONFIG, config, params)
-  state, metrics = step(state, batch, sharded=mesh is not None)
+  state, metrics = train_step(state, batch)
   return state, jax.tree.map(np.asarray, metrics)
 
 
@@ -121,8 +112,7 @@ def full_batch_updates(params, batch, configs):
 @pytest.fixture(scope="module")
 def full_batch_params(params, batch):
   configs = tuple(CONFIGS.values())
-  return dict(zip(CONFIGS, compile_fast(full_batch_updates, params, batch, configs)(
-      params, batch)))
+  return dict(zip(CONFIGS, full_batch_updates(params, batch, configs)))
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -169,7 +159,7 @@ def test_loss_terms_and_metrics_match_the_pure_functions(params, batch):
 def test_nonfinite_gradient_skips_the_update(params, batch):
   state = init_train_state(CONFIG, BASE, params)
   bad = dict(batch, advantages_B=np.full_like(batch["advantages_B"], np.nan))
-  state, metrics = step(state, bad)
+  state, metrics = train_step(state, bad)
   assert metrics["actor/update_skipped"] == 1 and int(state.step) == 1
   assert_trees_close(state.params, params, atol=0)
 

@@ -24,11 +24,3 @@ def random_params(config: ModelConfig = CONFIG, seed: int = 0, std: float = 0.2)
 
   return jax.tree_util.tree_map_with_path(make, qwen3.abstract_params(config))
 
-
-def compile_fast(fn, *args):
-  """`fn` (a jitted function) compiled for `args` at XLA optimisation level 0.
-
-  Same program, a third of the compile time on the shared 2-core machine
-  (10 s instead of 30 s for a train step); tests are dominated by compiles.
-  """
-  return fn.lower(*args).compile({"xla_backend_optimization_level": 0})
