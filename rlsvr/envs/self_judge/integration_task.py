@@ -32,7 +32,7 @@ class IntegrationTask:
     from rlsvr.envs.self_judge import ladder  # noqa: PLC0415
 
     if source == "ladder":
-      rows = ladder.generate_variants(seed=seed)
+      rows = ladder.generate_variants(seed=seed, limit=limit)
     elif source.endswith(".json") and os.path.isfile(source):  # Integration Bee layout
       with open(source, encoding="utf-8") as f:
         rows = [{"latex": p["problem"], "answer": p.get("answer")}

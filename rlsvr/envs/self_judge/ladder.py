@@ -79,25 +79,34 @@ def generate_variants(
     levels: Sequence[int] = (1, 2, 3),
     seed: int = 0,
     *,
+    limit: int | None = None,
     pool: workers.WorkerPool | None = None,
     timeout: float = 30.0,
 ) -> list[dict[str, Any]]:
   """Verified variants: dicts with integrand, variable, reference, level and seed.
 
-  `timeout` bounds each SymPy `integrate` (seconds; data preparation, not a hot path).
+  `limit`: the first `limit` of the rows without it, found by verifying only as many
+  candidates as that takes (each is a SymPy `integrate`: 0.1 s to `timeout` seconds).
+  `timeout` bounds each `integrate` (seconds; data preparation, not a hot path).
   """
   x = sympy.Symbol("x", real=True)
   candidates = variant_candidates(seeds, per_seed, levels, seed, x)
-  outcomes = (pool or workers.default_pool()).map(
-      verified_antiderivative, [(expr, x) for *_, expr in candidates], timeout)
-  rows, seen = [], set()
-  for (text, level, expr), outcome in zip(candidates, outcomes):
-    key = sympy.srepr(expr)
-    if outcome.ok and outcome.value is not None and key not in seen:
-      seen.add(key)
-      rows.append(dict(integrand=sympy.sstr(expr), variable="x", reference=outcome.value,
-                       level=level, seed=text))
-  return rows
+  pool = pool or workers.default_pool()
+  rows, seen, start = [], set(), 0
+  while start < len(candidates) and (limit is None or len(rows) < limit):
+    # Candidates in order, a batch at a time: a batch of what is still missing (most
+    # candidates verify) keeps the pool's workers busy and stops soon after `limit`.
+    end = len(candidates) if limit is None else start + max(limit - len(rows), 4)
+    batch = candidates[start:end]
+    outcomes = pool.map(verified_antiderivative, [(expr, x) for *_, expr in batch], timeout)
+    for (text, level, expr), outcome in zip(batch, outcomes):
+      key = sympy.srepr(expr)
+      if outcome.ok and outcome.value is not None and key not in seen:
+        seen.add(key)
+        rows.append(dict(integrand=sympy.sstr(expr), variable="x", reference=outcome.value,
+                         level=level, seed=text))
+    start = end
+  return rows[:limit]
 
 
 def problem_from_row(row: dict[str, Any]) -> integration.Problem:

@@ -28,6 +28,20 @@ def test_generate_variants_are_verified_and_seeded(pool):
   assert problem.verify(rows[0]["reference"], pool=pool)
 
 
+def test_a_limit_gives_the_first_rows_of_the_full_list(pool, monkeypatch):
+  args = (("x**2", "cos(x)", "exp(x)"), 2, (1, 2), 3)
+  full = ladder.generate_variants(*args, pool=pool)
+  sent = []  # The candidates handed to the pool's workers.
+  real_map = pool.map
+  monkeypatch.setattr(pool, "map",
+                      lambda fn, args, timeout: sent.extend(args) or real_map(fn, args, timeout))
+  for limit in (1, 5, len(full), len(full) + 3):
+    sent.clear()
+    assert ladder.generate_variants(*args, pool=pool, limit=limit) == full[:limit]
+    if limit < len(full):
+      assert len(sent) < 12  # not every one of the 12 candidates was integrated
+
+
 def test_unverifiable_antiderivatives_are_dropped(pool):
   # SymPy leaves the integral of x**x unevaluated: no variant survives.
   outcome = pool.run(ladder.verified_antiderivative, x**x, x, timeout=20)
