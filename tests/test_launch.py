@@ -8,11 +8,11 @@ path run for real; the result must equal one process with the same 2-device mesh
 import os
 import stat
 import subprocess
-import sys
 
 import pytest
 
-from rlsvr import metrics
+from configs import spy_summ
+from rlsvr import metrics, train
 from tests import xla
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,19 +98,17 @@ exit $status
       ["bash", "launch/slurm.sh", "--nodes=2", "--no-setup", "--config=configs/spy_summ.py:smoke",
        f"--workdir={multi}", "--", *smoke], cwd=REPO, text=True,
       env=xla.child_env(1, **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  ref = subprocess.Popen(
-      [sys.executable, "-m", "rlsvr.train", "--config=configs/spy_summ.py:smoke", *smoke,
-       f"--workdir={single}"], cwd=REPO, env=xla.child_env(2, **env), text=True,
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  outs = []
-  for p in (job, ref):
-    try:
-      outs.append(p.communicate(timeout=600)[0])
-    finally:
-      p.kill()
+  try:
+    # The same run in this process while the job runs: the same mesh on its first two
+    # devices (`parallel.make_mesh`), and no third interpreter to start and compile in.
+    config = spy_summ.get_config("smoke")
+    config.steps, config.mesh.shape.data, config.mesh.shape.fsdp = 1, 1, 2
+    train.train(config, single)
+    out = job.communicate(timeout=600)[0]
+  finally:
+    job.kill()
   tasks = [open(f"{log}.{i}", encoding="utf-8").read() for i in range(2)]
-  assert job.returncode == 0, outs[0][-2000:] + "\n".join(t[-3000:] for t in tasks)
-  assert ref.returncode == 0, outs[1][-3000:]
+  assert job.returncode == 0, out[-2000:] + "\n".join(t[-3000:] for t in tasks)
   assert "step 1/1" in tasks[0] and "step 1/1" not in tasks[1]  # process 0 alone logs
 
   read = lambda d, name: open(os.path.join(d, name), encoding="utf-8").read()
