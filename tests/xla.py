@@ -2,9 +2,9 @@
 
 A cold suite is mostly XLA compiles of tiny programs. At -O0 (LLVM's optimisation
 off) a tiny train step compiles in less than half the time and runs about as fast;
-docs/benchmarks.md ("Test suite, cold cache") has the whole suite at both levels. The
-HLO passes (fusion, layout, in-place updates) still run, so
-a test of a program's structure sees what a user's run compiles.
+docs/benchmarks.md ("Test suite, cold cache") has the whole suite at both levels.
+The HLO passes (fusion, layout, in-place updates) still run, so a test of a
+program's structure sees what a user's run compiles.
 
 Where a test holds float32 error to a bar measured on users' programs (parity with
 transformers), it compiles at XLA's default level instead: `AS_USERS_COMPILE`.
@@ -12,7 +12,8 @@ transformers), it compiles at XLA's default level instead: `AS_USERS_COMPILE`.
 import os
 
 DEVICES = 8
-FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count="
+OPT_LEVEL_FLAG = "--xla_backend_optimization_level="
 # XLA's own default level (DebugOptions.xla_backend_optimization_level), what a user's
 # `python -m rlsvr.train` compiles at: pass as `jax.jit(..., compiler_options=...)`.
 AS_USERS_COMPILE = {"xla_backend_optimization_level": 3}
@@ -22,10 +23,10 @@ def flags(devices: int = DEVICES, base: str = "") -> str:
   """XLA_FLAGS for a suite process: `base`, plus the host device count and -O0 unless
   `base` sets them itself."""
   words = base.split()
-  if not any(w.startswith("--xla_force_host_platform_device_count=") for w in words):
-    words.append(f"--xla_force_host_platform_device_count={devices}")
-  if not any(w.startswith("--xla_backend_optimization_level=") for w in words):
-    words.append(FAST_COMPILE_FLAG)
+  if not any(w.startswith(DEVICE_COUNT_FLAG) for w in words):
+    words.append(f"{DEVICE_COUNT_FLAG}{devices}")
+  if not any(w.startswith(OPT_LEVEL_FLAG) for w in words):
+    words.append(f"{OPT_LEVEL_FLAG}0")
   return " ".join(words)
 
 
@@ -33,5 +34,5 @@ def child_env(devices: int, **extra: str) -> dict[str, str]:
   """This process's environment for a child the suite starts, on `devices` host devices
   (the child compiles as the suite does, so their programs share the compilation cache)."""
   base = " ".join(w for w in os.environ.get("XLA_FLAGS", "").split()
-                  if not w.startswith("--xla_force_host_platform_device_count="))
+                  if not w.startswith(DEVICE_COUNT_FLAG))
   return {**os.environ, "XLA_FLAGS": flags(devices, base), **extra}
