@@ -211,7 +211,9 @@ def qwen3_tokenizer(
 def _load_or_build(path: str) -> transformers.PreTrainedTokenizerBase:
   if not os.path.isdir(path):
     _build_into(pathlib.Path(path))
-  return load_tokenizer(path)
+  # The class it was built as: AutoTokenizer would find the same one, but its lookup
+  # imports torch (through transformers' model configs), seconds of every start-up.
+  return transformers.PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
 
 
 def _build_into(final: pathlib.Path) -> None:

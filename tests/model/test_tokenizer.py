@@ -1,6 +1,8 @@
 """Tests for rlsvr.model.tokenizer: Qwen3 ids equal tiktoken's, specials, chat template, cache."""
 import os
 import re
+import subprocess
+import sys
 import unicodedata
 
 from hypothesis import given, settings, strategies as st
@@ -9,6 +11,8 @@ import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
 from rlsvr.model import tokenizer as tokenizer_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 VARIED_TEXTS = [
     "Hello, world!",
@@ -218,6 +222,17 @@ def test_disk_cache_is_reused(tok, cache_root, monkeypatch):
   for text in VARIED_TEXTS:
     assert fresh.encode(text) == tok.encode(text)
   assert fresh.chat_template == tokenizer_lib.CHATML_TEMPLATE
+
+
+def test_loading_the_cached_tokenizer_does_not_import_torch(tok, cache_root):
+  """A trainer's start-up pays for what the tokenizer load imports: AutoTokenizer's class
+  lookup imports torch (seconds) where it is installed, the class itself does not."""
+  code = ("import sys; from rlsvr.model import tokenizer as t; "
+          f"tok = t.qwen3_tokenizer(cache_dir={str(cache_root)!r}); "
+          "print(len(tok), 'torch' in sys.modules)")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       check=True, cwd=REPO).stdout.split()
+  assert out == [str(len(tok)), "False"]
 
 
 def test_losing_build_race_keeps_winner(tmp_path, monkeypatch):
