@@ -31,14 +31,18 @@ class Bench:
   """How a bench script's smoke form is made."""
 
   config: str  # Its default --config, smoke-ified when the command names none.
-  sizes: dict[str, str]  # Flags that size it -> smoke values; `--set KEY=V` is "--set KEY".
+  # Flags that size it -> smoke values; `--set KEY=V` is "--set KEY", and None drops that
+  # `--set`: the smoke config's own value, so its programs are those the suite compiled.
+  sizes: dict[str, str | None]
   outputs: tuple[str, ...]  # Flags naming what it writes: pointed into tmp.
 
 
 BENCH = {  # Flags not named here stay as written.
     "bench/spy_ceiling.py": Bench("configs/spy_summ.py:cpu", {"--games": "2"}, ("--json",)),
     "bench/learning_spy.py": Bench(
-        "configs/spy_summ.py:cpu", {"--seeds": "0", "--set steps": "1", "--set heldout.size": "2"},
+        "configs/spy_summ.py:cpu",
+        {"--seeds": "0", "--set steps": "1", "--set heldout.size": "2",
+         "--set spy.rollout_n": None, "--set spy.player_max_new_tokens": None},
         ("--workdir", "--json")),
 }
 
@@ -221,7 +225,8 @@ def _bench(argv):
   for word in it:
     if word == "--set":
       key, _, value = next(it).partition("=")
-      out += ["--set", f"{key}={bench.sizes.get('--set ' + key, value)}"]
+      value = bench.sizes.get(f"--set {key}", value)
+      out += ["--set", f"{key}={value}"] if value is not None else []
     elif word.split("=", 1)[0] in bench.sizes:
       flag = word.split("=", 1)[0]
       if "=" not in word:

@@ -50,7 +50,9 @@ The smoke form, rule by rule (first match wins; RULES in tests/doc_commands.py):
   setup, the job and the trainer command and runs none: these need GPUs, Slurm
   or a TPU pod); the printed trainer command must name the documented config.
 - `python bench/<script>.py ...`: scripts listed in BENCH only, each with the
-  flags that size it cut down (BENCH says which), the `--config` rule above (on
+  flags that size it cut down or dropped (BENCH says which; a dropped `--set`
+  leaves the smoke config's value, whose programs the suite has compiled already:
+  read from the compilation cache, not compiled again), the `--config` rule above (on
   the script's default config when the command names none), and the flags naming
   what it writes (`--workdir`, `--json`) into tmp. A bench script not in BENCH fails.
 - Anything else fails with "no smoke-form rule".
@@ -169,7 +171,7 @@ def test_smoke_forms_follow_the_rules():
                     ).argv == ["bash", "launch/slurm.sh", "--dry-run", "--nodes=2", "--",
                                "--config.steps=3"]
   bench = smoke_form(split("python bench/learning_spy.py --seeds 0,1 --set steps=20 "
-                           "--set grpo.lr=3e-5")[1])
+                           "--set spy.rollout_n=8 --set grpo.lr=3e-5")[1])
   assert bench.argv == ["python", "bench/learning_spy.py", "--seeds=0", "--set", "steps=1",
                         "--set", "grpo.lr=3e-5", "--config=configs/spy_summ.py:smoke",
                         f"--workdir={TMP}/workdir", f"--json={TMP}/json"]
