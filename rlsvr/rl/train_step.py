@@ -183,9 +183,17 @@ def _split_micro(batch: dict[str, jax.Array], micro_batch_size: int):
 
 
 def _no_grad_logprobs(state: TrainState, params, batch) -> jax.Array:
-  """logp_BxC of the batch under `params` (micro-batched, no gradient)."""
+  """logp_BxC of the whole batch under `params` (micro-batched, no gradient)."""
   keys = ("loss_mask_BxC", *_SHARED_PROMPTS, *_WHOLE_ROWS)
-  micro = _split_micro({k: batch[k] for k in keys if k in batch}, state.config.micro_batch_size)
+  batch = {k: batch[k] for k in keys if k in batch}
+  # The parts the update splits the batch into (updates x micro-batches, row i to part
+  # i % parts), not just micro-batches: a shared-prompt batch numbers each row's prompt
+  # within its part (rl/batch.py), so any other split reads other rows' prompts.
+  cfg = state.config
+  rows_per_update = batch["loss_mask_BxC"].shape[0] // cfg.updates_per_batch
+  micro_batches = rows_per_update // cfg.micro_batch_size if cfg.micro_batch_size else 1
+  micro = _split_rows(batch, cfg.updates_per_batch * micro_batches,
+                      "updates_per_batch x micro-batches per update")
   params = jax.lax.stop_gradient(params)
   logp_NxMxT = jax.lax.map(lambda mb: _logprobs(state, params, mb)[0], micro)
   n, m, t = logp_NxMxT.shape

@@ -113,9 +113,11 @@ def one_step(cfg, params, batch, mesh=None):
   return jax.tree.map(np.asarray, (state.params, metrics))
 
 
-# On a mesh the layout is exact too (XLA all-gathers the prompts' keys and values).
+# Every combination of one or more updates per batch with and without micro-batches: the
+# no-gradient pass that scores the old policy (updates > 1) must split the batch as the
+# updates do. On a mesh the layout is exact too (XLA all-gathers the prompts' keys and values).
 @pytest.mark.parametrize("updates,micro,mesh_shape", [
-    (1, 0, None), (2, 4, None), (1, 0, {"data": 2, "fsdp": 2})])
+    (1, 0, None), (1, 4, None), (2, 0, None), (2, 4, None), (1, 0, {"data": 2, "fsdp": 2})])
 def test_the_update_is_the_same_in_both_layouts(params, updates, micro, mesh_shape):
   cfg = dataclasses.replace(BASE, updates_per_batch=updates, micro_batch_size=micro)
   mesh = parallel.make_mesh(mesh_shape, jax.devices()[:4]) if mesh_shape else None
