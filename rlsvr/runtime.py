@@ -108,3 +108,36 @@ def enable_compilation_cache(directory: str | None = None) -> str | None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
   jax.config.update("jax_compilation_cache_max_size", MAX_CACHE_BYTES)
   return directory
+
+
+# XLA:CPU hands float32 dots to YNNPACK by default. Its kernels round a dot's sum
+# 1.15-1.4x more than Eigen's (or PyTorch's MKL), and a 30-layer forward compounds that
+# past transformers' own float32 error. On the update's matmuls Eigen's are as fast or
+# faster; on decode-sized ones YNNPACK's are faster (docs/benchmarks.md, "float32
+# accuracy"). So the programs that run whole sequences (the update and its no-gradient
+# passes) compile without YNNPACK; the sampler keeps it.
+FULL_SEQUENCE_CPU_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+def jit_full_sequence(fn, *, compiler_options=None, **jit_kwargs):
+  """`jax.jit(fn, **jit_kwargs)`, compiled with `FULL_SEQUENCE_CPU_OPTIONS` (and
+  `compiler_options`) when the default backend is the CPU. The backend is read at the
+  first call, not here, so that `set_host_devices` can still run before JAX starts."""
+  import functools  # noqa: PLC0415
+
+  import jax  # noqa: PLC0415
+
+  jitted = {}
+
+  @functools.wraps(fn)
+  def call(*args, **kwargs):
+    backend = jax.default_backend()
+    if backend not in jitted:
+      options = {**(FULL_SEQUENCE_CPU_OPTIONS if backend == "cpu" else {}),
+                 **(compiler_options or {})}
+      jitted[backend] = jax.jit(fn, compiler_options=options or None, **jit_kwargs)
+    return jitted[backend](*args, **kwargs)
+
+  # Programs compiled so far (tests count compiles with it, as with a jitted function).
+  call._cache_size = lambda: sum(j._cache_size() for j in jitted.values())  # noqa: SLF001
+  return call

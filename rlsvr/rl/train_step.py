@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rlsvr import parallel
+from rlsvr import parallel, runtime
 from rlsvr.model.config import ModelConfig
 from rlsvr.rl import core, losses
 from rlsvr.rl.config import DTYPES, GRPOConfig  # noqa: F401  (public here: rlsvr.train uses DTYPES)
@@ -200,7 +200,7 @@ def _no_grad_logprobs(state: TrainState, params, batch) -> jax.Array:
   return logp_NxMxT.swapaxes(0, 1).reshape(n * m, t)
 
 
-@jax.jit
+@runtime.jit_full_sequence
 def reference_logprobs(state: TrainState, batch: dict[str, jax.Array]) -> jax.Array:
   """ref_logp_BxC of the batch under `state.ref_params` (micro-batched, no gradient)."""
   if state.ref_params is None:
@@ -326,4 +326,4 @@ def _train_step(state: TrainState, batch: dict[str, jax.Array]):
   return state_after.replace(step=state.step + 1), metrics
 
 
-train_step = jax.jit(_train_step, donate_argnums=0)
+train_step = runtime.jit_full_sequence(_train_step, donate_argnums=0)

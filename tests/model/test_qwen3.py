@@ -4,13 +4,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rlsvr import runtime
 from rlsvr.model import qwen3
 from tests import xla
 from tests.model.hf_reference import hf_logits, left_padded, make_hf_model
 
-# The float32 error bars below are measured on the programs users run: XLA's default
-# optimisation level, not the suite's -O0 (tests/xla.py).
-apply = jax.jit(qwen3.apply, static_argnums=0, compiler_options=xla.AS_USERS_COMPILE)
+# The float32 error bars below are measured on the programs the update runs: compiled as
+# `rlsvr.runtime.jit_full_sequence` compiles them, at XLA's default optimisation level,
+# not the suite's -O0 (tests/xla.py).
+apply = runtime.jit_full_sequence(qwen3.apply, static_argnums=0,
+                                  compiler_options=xla.AS_USERS_COMPILE)
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
@@ -103,18 +106,20 @@ def test_causality_gradient_is_exactly_zero_for_future_tokens(tiny_qwen3):
 
 
 def test_smollm2_135m_logits_match_transformers():
-  """The real CPU-default model (Llama architecture, 30 layers) against transformers.
+  """The real CPU-default model (Llama architecture, 30 layers) is as accurate in float32
+  as transformers' own float32 forward, both measured against transformers in float64.
 
-  Its logits reach ~15 and pass through 30 layers, so float32 rounding alone is
-  ~1e-4 here: transformers' own float32 run differs from its float64 run by that
-  much. Our float32 error against the float64 reference is held to a multiple of
-  transformers' float32 error that covers every x86 code path XLA:CPU picks.
-
-  Why the bar is 2.5x and not 1: the extra error is XLA:CPU's YNNPACK fp32 dot
-  kernels, not the model's math (with them off, `--xla_cpu_experimental_ynn_fusion_type=`,
-  ours is below transformers'); with them on, the max lands between 1x and 2x by which
-  kernel the ISA picks. Turning them off slows decoding, so they stay and the bar
-  covers every x86 path. Numbers per ISA: docs/benchmarks.md (float32 accuracy).
+  Logits reach ~15 and pass through 30 layers, so float32 rounding alone is ~1e-4
+  here, and its exact size depends on each side's kernels (their summation order). The
+  bars come from measurements (docs/benchmarks.md, "float32 accuracy"), pooled over
+  three prompts (~700 positions x 49152 logits):
+  - RMS error <= 1.25x transformers'. Two equally exact float32 implementations
+    measured 0.77-1.16x across forced ISAs (AVX-512 to SSE4.2 on both sides) on Intel
+    and AMD CPUs. YNNPACK's dot kernels, which `jit_full_sequence` turns off, measured
+    1.12-1.73x.
+  - Max error <= 2x transformers'. The max is one extreme among a million logits: it
+    moves by +-40% from prompt to prompt for either side (0.41-1.80x for single
+    prompts), so it only guards against gross errors.
   """
   import torch
   import transformers
@@ -123,14 +128,23 @@ def test_smollm2_135m_logits_match_transformers():
 
   path = assets.smollm2_135m()
   config, params = hf.load_pretrained(path)
-  model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64).eval()
-  tokens, mask = left_padded([96, 61], config.vocab_size, seed=6)
-  real = mask.astype(bool)
-  ref64 = hf_logits(model, tokens, mask)[real]
-  ref32 = hf_logits(model.to(torch.float32), tokens, mask)[real]
-  ours = np.asarray(apply(config, params, tokens, mask))[real]
-  hf_error = np.abs(ref32 - ref64).max()
-  our_error = np.abs(ours - ref64).max()
-  assert hf_error < 5e-4 and our_error <= 2.5 * hf_error, (our_error, hf_error)
-  np.testing.assert_allclose(ours, ref32, atol=5e-4, rtol=0)
-  assert (ours.argmax(-1) == ref64.argmax(-1)).all()
+  model64 = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64).eval()
+  model32 = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+  ours_err, hf_err = [], []
+  for seed, lengths in ((6, [96, 61]), (1, [128, 40]), (2, [200, 150])):
+    tokens, mask = left_padded(lengths, config.vocab_size, seed=seed)
+    real = mask.astype(bool)
+    ref64 = hf_logits(model64, tokens, mask)[real]
+    hf_err.append(hf_logits(model32, tokens, mask)[real] - ref64)
+    ours = np.asarray(apply(config, params, tokens, mask))[real]
+    ours_err.append(ours - ref64)
+    top2 = np.partition(ref64, -2, axis=-1)[:, -2:]
+    # Positions whose top two logits are further apart than any float32 error seen here.
+    clear = top2[:, 1] - top2[:, 0] > 1e-3
+    assert (ours.argmax(-1) == ref64.argmax(-1))[clear].all()
+  ours_err, hf_err = np.concatenate(ours_err), np.concatenate(hf_err)
+  rms = lambda e: float(np.sqrt(np.mean(e ** 2)))
+  assert rms(hf_err) < 5e-5 and np.abs(hf_err).max() < 1e-3, (rms(hf_err), np.abs(hf_err).max())
+  assert rms(ours_err) <= 1.25 * rms(hf_err), (rms(ours_err), rms(hf_err))
+  assert np.abs(ours_err).max() <= 2.0 * np.abs(hf_err).max(), (np.abs(ours_err).max(),
+                                                                 np.abs(hf_err).max())
