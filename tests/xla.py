@@ -1,32 +1,38 @@
-"""How the suite asks XLA:CPU to compile: 8 host devices, and -O0 for speed of compiling.
+"""How the suite asks XLA:CPU to compile: 8 host devices, -O0 and XLA's older fusion
+emitters, for speed of compiling.
 
 A cold suite is mostly XLA compiles of tiny programs. At -O0 (LLVM's optimisation
 off) a tiny train step compiles in less than half the time and runs about as fast;
-docs/benchmarks.md ("Test suite, cold cache") has the whole suite at both levels.
+with the older (LLVM IR) fusion emitters instead of the MLIR ones it compiles in
+less than half that again (at XLA's default level they make no difference).
+docs/benchmarks.md ("Test suite, cold cache") has the whole suite at each setting.
 The HLO passes (fusion, layout, in-place updates) still run, so a test of a
 program's structure sees what a user's run compiles.
 
 Where a test holds float32 error to a bar measured on users' programs (parity with
-transformers), it compiles at XLA's default level instead: `AS_USERS_COMPILE`.
+transformers), it compiles with XLA's defaults instead: `AS_USERS_COMPILE`.
 """
 import os
 
 DEVICES = 8
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count="
 OPT_LEVEL_FLAG = "--xla_backend_optimization_level="
-# XLA's own default level (DebugOptions.xla_backend_optimization_level), what a user's
-# `python -m rlsvr.train` compiles at: pass as `jax.jit(..., compiler_options=...)`.
-AS_USERS_COMPILE = {"xla_backend_optimization_level": 3}
+EMITTERS_FLAG = "--xla_cpu_use_fusion_emitters="
+# XLA's own defaults (DebugOptions), what a user's `python -m rlsvr.train` compiles with:
+# pass as `jax.jit(..., compiler_options=...)`.
+AS_USERS_COMPILE = {"xla_backend_optimization_level": 3, "xla_cpu_use_fusion_emitters": True}
 
 
 def flags(devices: int = DEVICES, base: str = "") -> str:
-  """XLA_FLAGS for a suite process: `base`, plus the host device count and -O0 unless
-  `base` sets them itself."""
+  """XLA_FLAGS for a suite process: `base`, plus the host device count, -O0 and the older
+  fusion emitters unless `base` sets them itself."""
   words = base.split()
   if not any(w.startswith(DEVICE_COUNT_FLAG) for w in words):
     words.append(f"{DEVICE_COUNT_FLAG}{devices}")
   if not any(w.startswith(OPT_LEVEL_FLAG) for w in words):
     words.append(f"{OPT_LEVEL_FLAG}0")
+  if not any(w.startswith(EMITTERS_FLAG) for w in words):
+    words.append(f"{EMITTERS_FLAG}false")
   return " ".join(words)
 
 
