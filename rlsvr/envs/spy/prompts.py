@@ -24,6 +24,9 @@ class _TaskText:
   look_for: str
   plain_format: str  # The output format outside the game (`plain_prompt`).
   prefill: str = "Answer:"  # A player's forced reply start under `answer_prefill`.
+  # The same parts in a sentence each (`_brief_*`): the game as a small model plays it on a
+  # CPU, where every prompt token is paid for in each update (docs/results.md, spy game).
+  brief: bool = False
 
 
 _PLAIN_ANSWER_FORMAT = ("You may think first. Then write a line that starts with `Answer:` "
@@ -53,17 +56,17 @@ _TASKS = {
                   "report could have been hidden; facts, numbers or names that the report states "
                   "but one player never uses."),
     ),
-    "facts": _answer_task(
+    "facts": _TaskText(
         doc="fact sheet",
         work="summary",
-        instruction=("Summarise the fact sheet in one sentence that keeps every fact: the name, "
-                     "age, home town, job, pets and favourite food."),
-        look_for=("a summary that leaves out a fact, gets a name, number or place wrong, or "
-                  "shows `*` characters where its copy was masked; check every summary against "
-                  "every fact of the sheet."),
+        instruction="Restate every fact of the sheet in one line.",
+        output_format="Write `Answer:` and then your summary.",
+        plain_format="Write `Answer:` and then your summary.",
+        look_for="a summary that leaves out a fact, gets one wrong or shows `*`.",
         # The reply starts where every sheet starts: without it SmolLM2-135M restated
         # about a fifth of the sheet's words, with it most (docs/results.md, spy game).
         prefill="Answer: Name:",
+        brief=True,
     ),
     "writing": _answer_task(
         doc="writing prompt",
@@ -103,8 +106,30 @@ def _spy_handicap(config: SpyGameConfig) -> str:
           "characters is replaced by `*` characters")
 
 
+def _brief_rules(config: SpyGameConfig) -> str:
+  text = _TASKS[config.task]
+  spy = ("gets no " + text.doc if config.spy_view == "none" else
+         f"has {_pct(config.mask_fraction)} of its characters replaced by `*`")
+  order = " Players write in turn; the spy writes last." if config.variant == "sequential" else ""
+  return (f"Game: who is the spy, {config.num_players} players. All get the same {text.doc} "
+          f"except the spy, whose copy {spy}.{order} Judges compare each {text.work} with the "
+          f"full {text.doc} and vote for the spy.")
+
+
+def _brief_role(config: SpyGameConfig, player: int, is_spy: bool, view: str | None) -> str:
+  doc = _TASKS[config.task].doc
+  if not is_spy:
+    return f"You are Player {player}, not the spy: your {doc} is complete."
+  if view is None:
+    return f"You are Player {player}, the spy: you got no {doc}. Do not let that show."
+  return (f"You are Player {player}, the spy: your {doc} has `*` where "
+          f"{_pct(config.mask_fraction)} of it is hidden. Do not let that show.")
+
+
 def _game_rules(config: SpyGameConfig, speaker: str) -> str:
   text = _TASKS[config.task]
+  if text.brief:
+    return _brief_rules(config)
   order = ("Players write one after another and see the earlier players' outputs; the spy "
            "writes last. " if config.variant == "sequential" else "")
   rounds = (f"Every player writes {config.rounds} times; later rounds see earlier outputs. "
@@ -146,7 +171,9 @@ def player_prompt(
     earlier: (round, player, public output) of the outputs this player sees.
   """
   text = _TASKS[config.task]
-  if is_spy:
+  if text.brief:
+    role = _brief_role(config, player, is_spy, view)
+  elif is_spy:
     if view is None:
       role = (f"You are Player {player} and you are the spy: you did not receive the {text.doc}. "
               f"Write a {text.work} that looks as if you had read it.")
@@ -188,6 +215,14 @@ def detector_prompt(
 ) -> str:
   """The detection-phase prompt: the full reference and every public output."""
   text = _TASKS[config.task]
+  if text.brief:
+    return "\n\n".join([
+        _brief_rules(config),
+        f"The full {text.doc}:\n<{text.doc}>\n{reference}\n</{text.doc}>",
+        f"Look for: {text.look_for}",
+        format_outputs(outputs, config.rounds),
+        _vote_instruction(config),
+    ])
   return "\n\n".join([
       _game_rules(config, "You are the judge of"),
       f"The full, unmasked {text.doc}:\n<{text.doc}>\n{reference}\n</{text.doc}>",
@@ -203,6 +238,12 @@ def vote_answers(num_players: int) -> list[str]:
 
 
 def _vote_instruction(config: SpyGameConfig) -> str:
+  if _TASKS[config.task].brief:
+    # Every box spelled out: with "`\\boxed{k}`, k from 1 to n" SmolLM2-135M abstained in
+    # nine votes of ten, with the list in about one in five (docs/results.md, spy game).
+    *players, abstain = [f"`\\boxed{{{a}}}`" for a in vote_answers(config.num_players)]
+    return (f"Which player is the spy? Reply {', '.join(players[:-1])} or {players[-1]} "
+            f"({abstain} if you cannot tell).")
   if config.constrained_vote:  # The reply is the box alone: say so, with every answer.
     answers = ", ".join(f"`\\boxed{{{a}}}`" for a in vote_answers(config.num_players))
     return (f"Reply with your vote only, one of: {answers}. A number names the player you think "

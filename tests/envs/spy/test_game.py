@@ -386,7 +386,7 @@ def _copying_policy(tokenizer):
     out = []
     for ids in prompts:
       text = tokenizer.decode(ids)
-      if "You are the judge of" in text:
+      if "\nPlayer 1: " in text:  # A detector's prompt lists every player's output.
         reply = "1}"
       else:
         reply = " " + re.search(r"<fact sheet>\n(.*)\n</fact sheet>", text).group(1)
