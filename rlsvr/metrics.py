@@ -32,6 +32,25 @@ def _scalar(v: Any) -> float | None:
   return f if math.isfinite(f) else None
 
 
+def summary_writer():
+  """tensorboardX's `SummaryWriter` class, imported without torch.
+
+  tensorboardX imports torch when it is installed (2-4 s of every run's start-up, for
+  tensor types that scalars never need); a torch that is not imported yet is hidden
+  from that one import. A torch imported before (by a reward function, say) is left as
+  it is.
+  """
+  if "torch" in sys.modules or "tensorboardX" in sys.modules:
+    from tensorboardX import SummaryWriter  # noqa: PLC0415 (optional output)
+    return SummaryWriter
+  sys.modules["torch"] = None  # `import torch` raises ImportError, which tensorboardX allows.
+  try:
+    from tensorboardX import SummaryWriter  # noqa: PLC0415
+  finally:
+    del sys.modules["torch"]
+  return SummaryWriter
+
+
 class MetricsWriter:
   """Writes each step's metrics to the console, `metrics.jsonl` and TensorBoard.
 
@@ -52,8 +71,7 @@ class MetricsWriter:
     self.jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
     self.tb = None
     if tensorboard:
-      from tensorboardX import SummaryWriter  # noqa: PLC0415 (optional output)
-      self.tb = SummaryWriter(os.path.join(workdir, "tb"))
+      self.tb = summary_writer()(os.path.join(workdir, "tb"))
     self.wandb = None
     if wandb_project:
       try:
@@ -142,10 +160,9 @@ def rewind(workdir: str, step: int) -> None:
   tb = os.path.join(workdir, "tb")
   if os.path.isdir(tb):
     shutil.rmtree(tb)
-    from tensorboardX import SummaryWriter  # noqa: PLC0415 (optional output)
     # Its own file suffix: event files are named by the second they open in, and the run's
     # writer opens next.
-    with SummaryWriter(tb, filename_suffix=".replayed") as writer:
+    with summary_writer()(tb, filename_suffix=".replayed") as writer:
       for r in records:
         for k, v in r.items():
           if isinstance(v, float) and k not in ("step", "time"):

@@ -28,3 +28,27 @@ def test_torn_last_line_is_skipped(tmp_path):
   path.write_text(json.dumps({"step": 1}) + "\n" + '{"step": 2, "rew')
   assert metrics.read_jsonl(str(path)) == [{"step": 1}]
   assert metrics.plot_curves(str(tmp_path)) is None  # nothing plottable
+
+
+def test_tensorboard_scalars_are_written_without_importing_torch(tmp_path):
+  """A run's start-up does not pay for torch (2-4 s) to write scalars; a torch imported
+  later in the same process still works."""
+  import subprocess
+  import sys
+
+  code = f"""
+import sys
+from rlsvr import metrics
+w = metrics.MetricsWriter({str(tmp_path)!r}, total_steps=1, stream=open("/dev/null", "w"))
+w.write(1, {{"reward/mean": 0.5}})
+w.close()
+assert "torch" not in sys.modules, "torch was imported"
+import torch
+assert torch.ones(2).sum().item() == 2.0
+"""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": repo}, timeout=120)
+  assert out.returncode == 0, out.stderr[-2000:]
+  events = [f for f in os.listdir(tmp_path / "tb") if f.startswith("events.out.tfevents")]
+  assert events and os.path.getsize(tmp_path / "tb" / events[0]) > 0
