@@ -1,6 +1,9 @@
-"""bench/spy_ceiling.py and bench/learning_spy.py end to end on the smoke game (seconds)."""
+"""bench/spy_ceiling.py and bench/learning_spy.py end to end on the smoke game (seconds);
+bench/spy_probe.py's prompts and probes."""
 import json
 import sys
+
+import numpy as np
 
 from bench import learning_spy, spy_ceiling
 
@@ -36,3 +39,41 @@ def test_the_learning_bench_trains_each_seed_and_reads_its_outputs(tmp_path, mon
   learning_spy.main()
   assert json.loads(out.read_text())["seeds"]["0"]["train_s"] == seed["train_s"]
   assert "mean over seeds [0]" in capsys.readouterr().out
+
+
+def test_probe_line_ends_are_each_players_last_token():
+  from bench import spy_probe
+  from rlsvr.envs.spy import SpyGame, SpyGameConfig
+  from rlsvr.model.tokenizer import qwen3_tokenizer
+
+  tokenizer = qwen3_tokenizer()
+  game = SpyGame(SpyGameConfig.for_task("facts", constrained_vote=True), tokenizer)
+  sheets = ["Name: Ann Lee. Age: 30. Job: pilot.", "Name: Bo Kim. Age: 41. Pets: a cat."]
+  boxed = tokenizer.encode("\\boxed{", add_special_tokens=False)
+  for sheet, (ids, spy, ends) in zip(sheets, spy_probe.idealised_games(game, sheets, seed=3)):
+    assert 1 <= spy <= 4 and ids[-len(boxed):] == boxed
+    for player, end in enumerate(ends, 1):
+      line = tokenizer.decode(ids[:end + 1]).rsplit(f"Player {player}: ", 1)[1].rstrip("\n")
+      assert f"Player {player}: " + line not in tokenizer.decode(ids[:end])  # Its last token.
+      if player == spy:  # Its masked copy: as long as the sheet, a span of it `*`.
+        assert len(line) == len(sheet) and "*" in line and line != sheet
+      else:
+        assert line == sheet
+
+
+def test_probes_find_a_linearly_coded_spy_and_not_a_random_one():
+  from bench import spy_probe
+
+  rng = np.random.default_rng(0)
+  games, players, width = 200, 4, 6
+  spies = rng.integers(1, players + 1, size=games)
+  noise = lambda *shape: rng.normal(size=shape)
+  vote_x = noise(games, width)
+  vote_x[np.arange(games), spies - 1] += 3.0  # The spy's number, one-hot in the features.
+  line_x = noise(games, players, width)
+  line_x[np.arange(games), spies - 1, 5] += 4.0  # One feature marks the spy's line.
+  vote, line = spy_probe.probe(vote_x, line_x, spies, num_train=150, num_test_from=150)
+  assert vote[0] >= 0.9 and line[0] >= 0.9
+  shuffled = rng.permutation(spies)
+  vote, line = spy_probe.probe(vote_x, line_x, shuffled, num_train=150, num_test_from=150)
+  assert vote[0] <= 0.5 and line[0] <= 0.5
