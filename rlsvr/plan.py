@@ -2,6 +2,7 @@
 
   python -m rlsvr.plan --config=configs/spy_summ.py --devices=8 --device=h100-80gb \
       [--prompt_tokens=players=3000,detectors=6000] [--config.grpo.micro_batch_size=8]
+  python -m rlsvr.plan --config=configs/rlvr_math.py --devices=1 --device=h200 --largest
 
 Exact, from shapes and `rlsvr.parallel`'s rules on an abstract mesh (no devices needed):
 params, AdamW moments, reference / judge copies, gradients, KV caches. Estimates ("est."):
@@ -335,8 +336,23 @@ def main(argv: Any) -> None:
   est = Estimates(f.tokens_per_word, f.template_tokens, f.output_tokens, tuple(
       (k, int(v)) for k, v in (kv.split("=") for kv in f.prompt_tokens)))
   num_devices = f.devices or __import__("jax").device_count()
-  result = plan(f.config, num_devices, usable_memory(f.device, f.device_memory_gb, f.mem_fraction),
-                est)
+  memory = usable_memory(f.device, f.device_memory_gb, f.mem_fraction)
+  if f.largest:
+    if memory is None:
+      raise app.UsageError("--largest needs the device memory: --device or --device_memory_gb")
+    from rlsvr.plan_search import largest_fitting  # noqa: PLC0415
+
+    tried = largest_fitting(f.config, num_devices, memory, est)
+    for name, found, result in tried:
+      verdict = ("FITS with " + " ".join(f"--config.{k}={v}" for k, v in found.items())
+                 if found else "does not fit")
+      print(f"{name}: peak {result.total_bytes / GIB:.2f} of {memory / GIB:.2f} GiB/device "
+            f"({result.peak_phase}): {verdict}")
+    name, found, result = tried[-1]
+    print(f"\nlargest that fits: {name}\n\n{result.table()}" if found else "\nno Qwen3 fits",
+          flush=True)
+    raise SystemExit(0 if found else 1)
+  result = plan(f.config, num_devices, memory, est)
   print(result.table(), flush=True)
   raise SystemExit(1 if result.fits is False else 0)
 
@@ -354,5 +370,7 @@ if __name__ == "__main__":
   flags.DEFINE_integer("template_tokens", Estimates.template_tokens, "Prompt template tokens.")
   flags.DEFINE_integer("output_tokens", 0, "Public output tokens per player turn (0: max).")
   flags.DEFINE_list("prompt_tokens", [], "Prompt tokens per sampler call by name, e.g. policy=900.")
+  flags.DEFINE_bool("largest", False, "Find the largest Qwen3 that fits, with the sampler slice "
+                    "and micro-batch it needs, instead of planning the config's model.")
   flags.mark_flag_as_required("config")
   app.run(main)

@@ -119,3 +119,27 @@ def test_cli_prints_the_verdict():
       capture_output=True, text=True, timeout=120)
   assert run.returncode == 0, run.stderr
   assert "verdict: FITS" in run.stdout and "KV cache" in run.stdout
+
+
+def test_largest_fitting_walks_down_to_the_first_qwen3_that_fits_with_its_largest_settings():
+  from configs.rlvr_math import get_config
+  from rlsvr import plan_search
+  from rlsvr.envs import registry
+
+  c, memory = get_config(None), 60 * GIB
+  tried = plan_search.largest_fitting(c, 1, memory)
+  assert [name for name, _, _ in tried] == list(plan_search.QWEN3_LADDER[:len(tried)])
+  *misses, (name, found, result) = tried
+  assert misses and all(settings is None and not r.fits for _, settings, r in misses)
+  assert found and result.fits and result.total_bytes <= memory
+
+  def fits(max_rows, micro):
+    d = c.copy_and_resolve_references()
+    d.model.source, d.sampling.max_rows, d.grpo.micro_batch_size = f"hub:Qwen/{name}", max_rows, micro
+    return plan.plan(d, 1, memory).fits
+
+  rows, micro = found["sampling.max_rows"], found["grpo.micro_batch_size"]
+  assert fits(rows, micro)
+  call_rows = max(call.rows for call in registry.get(c.env).plan(c, plan_costs.Estimates()).calls)
+  assert rows == 0 or not fits(0 if rows * 2 >= call_rows else rows * 2, micro)
+  assert micro == c.grpo.micro_batch_size or not fits(rows, micro * 2)
