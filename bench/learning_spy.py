@@ -88,7 +88,11 @@ def step_diagnostics(workdir: str) -> dict[str, float]:
     dropped = sum(r.get("filter/groups_dropped", 0.0) for r in mine)
     out[f"{phase}/steps"] = float(len(mine))
     out[f"{phase}/detect_acc"] = float(np.mean([r["spy/detect_acc"] for r in mine]))
-    out[f"{phase}/no_spread_share"] = dropped / max(kept + dropped, 1.0)
+    # With dynamic sampling, the share of played groups it dropped; without it, every
+    # group trains and the trainer logs the share without spread.
+    out[f"{phase}/no_spread_share"] = (
+        dropped / (kept + dropped) if kept + dropped else
+        float(np.mean([r.get("frac_reward_zero_std", np.nan) for r in mine])))
     out[f"{phase}/grad_norm"] = float(np.mean([r.get("actor/grad_norm", np.nan) for r in mine]))
   out["step_s"] = float(np.mean([r["perf/step_s"] for r in rows]))
   return out

@@ -43,7 +43,9 @@ BENCH = {  # Flags not named here stay as written.
     "bench/learning_spy.py": Bench(
         "configs/spy_summ.py:cpu",
         {"--seeds": "0", "--set steps": "1", "--set heldout.size": "2",
-         "--set spy.rollout_n": None, "--set spy.player_max_new_tokens": None},
+         "--set spy.rollout_n": None, "--set spy.player_max_new_tokens": None,
+         "--set spy.games_per_step": None, "--set grpo.micro_batch_size": None,
+         "--set heldout.per_call": None},
         ("--workdir", "--json")),
 }
 

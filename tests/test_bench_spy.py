@@ -77,3 +77,18 @@ def test_probes_find_a_linearly_coded_spy_and_not_a_random_one():
   shuffled = rng.permutation(spies)
   vote, line = spy_probe.probe(vote_x, line_x, shuffled, num_train=150, num_test_from=150)
   assert vote[0] <= 0.5 and line[0] <= 0.5
+
+
+def test_step_diagnostics_count_groups_without_spread_with_and_without_filtering(tmp_path):
+  rows = [{"spy/phase_decision": 1.0, "spy/detect_acc": 0.5, "frac_reward_zero_std": 0.25,
+           "actor/grad_norm": 1.0, "perf/step_s": 2.0},
+          {"spy/phase_decision": 1.0, "spy/detect_acc": 0.0, "frac_reward_zero_std": 1.0,
+           "actor/grad_norm": 0.0, "perf/step_s": 4.0}]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  got = learning_spy.step_diagnostics(str(tmp_path))
+  assert got["decision/no_spread_share"] == 0.625 and got["decision/steps"] == 2.0
+  assert got["step_s"] == 3.0 and "clue/steps" not in got
+  rows[0].update({"filter/groups_kept": 3.0, "filter/groups_dropped": 1.0})
+  rows[1].update({"filter/groups_kept": 0.0, "filter/groups_dropped": 4.0})
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  assert learning_spy.step_diagnostics(str(tmp_path))["decision/no_spread_share"] == 0.625
