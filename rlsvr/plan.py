@@ -17,10 +17,10 @@ import os
 from typing import Any
 
 from rlsvr.model.attention import DEFAULT_BLOCK
-from rlsvr.model.config import PRESETS, ModelConfig, preset
+from rlsvr.model.config import ModelConfig
 from rlsvr.envs import registry
-from rlsvr.plan_costs import (MESH_AXES, Component, Estimates, batch_bucket, param_bytes,
-                              sample_phase, train_activations)
+from rlsvr.plan_costs import (MESH_AXES, Component, Estimates, batch_bucket, model_config_of,
+                              param_bytes, sample_phase, train_activations)
 
 GIB = 2**30
 _ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -30,47 +30,6 @@ DEVICES = {
     "a100-40gb": (40_960, 0.75), "a100-80gb": (81_920, 0.75), "h100-80gb": (81_559, 0.75),
     "h200": (143_771, 0.75), "tpu-v4": (32_768, 1.0), "tpu-v5e": (16_384, 1.0),
     "tpu-v5p": (97_280, 1.0), "tpu-v6e": (32_768, 1.0)}
-_HUB_PRESETS = {f"qwen/{name}": name for name in PRESETS}  # "hub:Qwen/Qwen3-8B" -> qwen3-8b
-# Hub models the configs name that have no preset: their config.json, transcribed.
-_KNOWN = {
-    "qwen/qwen2.5-7b-instruct": ModelConfig(
-        model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944,
-        num_layers=28, num_heads=28, num_kv_heads=4, head_dim=128, tie_word_embeddings=False,
-        qk_norm=False, qkv_bias=True, max_position_embeddings=32768),
-    "smollm2": ModelConfig(
-        model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
-        num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64, tie_word_embeddings=True,
-        qk_norm=False, rope_theta=100000.0, max_position_embeddings=8192)}
-
-
-def model_config_of(source: str) -> ModelConfig:
-  """The architecture of a `model.source`, offline (presets, known hub names, config.json)."""
-  if source in _KNOWN:
-    return _KNOWN[source]
-  if source.startswith("random:"):
-    name = source.split(":", 1)[1]
-    if name == "tiny":
-      from rlsvr.model.sources import TINY_QWEN3  # noqa: PLC0415 (imports jax)
-      return TINY_QWEN3
-    return preset(name)
-  if source.startswith("hub:"):
-    repo = source.split(":", 1)[1]
-    try:  # The HF cache, when the model was downloaded before; never the network.
-      import huggingface_hub  # noqa: PLC0415
-      cached = huggingface_hub.try_to_load_from_cache(repo, "config.json")
-    except Exception:  # noqa: BLE001 (an unreadable cache is just a miss)
-      cached = None
-    if isinstance(cached, str):
-      return ModelConfig.from_hf_dir(os.path.dirname(cached))
-    if repo.lower() in _HUB_PRESETS or repo.lower() in _KNOWN:
-      return _KNOWN.get(repo.lower()) or preset(_HUB_PRESETS[repo.lower()])
-    raise ValueError(f"model.source={source!r}: architecture unknown offline; use random:<preset> "
-                     f"(one of {sorted(_HUB_PRESETS.values())}) or a local HF directory")
-  if os.path.isfile(os.path.join(os.path.expanduser(source), "config.json")):
-    return ModelConfig.from_hf_dir(os.path.expanduser(source))
-  raise ValueError(f"model.source={source!r} is not a preset, a known hub name or an HF directory")
-
-
 def mesh_sizes(shape: dict[str, int] | None, num_devices: int) -> dict[str, int]:
   """Axis sizes `rlsvr.parallel.make_mesh(shape)` would build on `num_devices` devices."""
   sizes = {a: 1 for a in MESH_AXES}
@@ -295,6 +254,49 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
   return MemoryPlan(tuple(comps), header, tuple(notes), device_memory_bytes)
 
 
+# Qwen3 base models from the largest; `largest_fitting` walks them down.
+QWEN3_LADDER = ("Qwen3-32B", "Qwen3-14B", "Qwen3-8B", "Qwen3-4B", "Qwen3-1.7B", "Qwen3-0.6B")
+
+
+def _halvings(n: int) -> list[int]:
+  """n, n/2, ... down to 1, while they divide n."""
+  return [n >> k for k in range(n.bit_length()) if n % (n >> k) == 0]
+
+
+def largest_fitting(c, num_devices: int, device_memory_bytes: int,
+                    estimates: Estimates = Estimates(), models: tuple[str, ...] = QWEN3_LADDER):
+  """[(hub name, settings or None, plan)] down `models` until one fits.
+
+  Each model gets the first settings that fit among: `sampling.max_rows` (rows per sampler
+  slice) all of a call's rows, then halvings; within each, `grpo.micro_batch_size` the
+  config's, then halvings. The sampler and the update are separate phases, so this finds the
+  largest of each that fits. Settings None: nothing fits (the plan shown is the smallest
+  settings'). The last entry is the largest model that fits, if any does."""
+  tried = []
+  env = registry.get(c.env).plan(c, estimates)
+  call_rows = max((call.rows for call in env.calls), default=1)
+  rows_options = [0] + [r for r in _halvings(call_rows)[1:] if r >= max(
+      (call.rows_per_prompt for call in env.calls), default=1)]
+  micro_options = _halvings(c.grpo.micro_batch_size or 1)
+  for name in models:
+    c = c.copy_and_resolve_references()
+    c.model.source = f"hub:Qwen/{name}"
+    result, found = None, None
+    for rows in rows_options:
+      for micro in micro_options:
+        c.sampling.max_rows, c.grpo.micro_batch_size = rows, micro
+        result = plan(c, num_devices, device_memory_bytes, estimates)
+        if result.fits:
+          found = {"sampling.max_rows": rows, "grpo.micro_batch_size": micro}
+          break
+      if found:
+        break
+    tried.append((name, found, result))
+    if found:
+      break
+  return tried
+
+
 def detect_device_memory() -> int | None:
   """The allocator's limit on device 0 (None on backends without memory stats, e.g. CPU)."""
   import jax  # noqa: PLC0415
@@ -340,8 +342,6 @@ def main(argv: Any) -> None:
   if f.largest:
     if memory is None:
       raise app.UsageError("--largest needs the device memory: --device or --device_memory_gb")
-    from rlsvr.plan_search import largest_fitting  # noqa: PLC0415
-
     tried = largest_fitting(f.config, num_devices, memory, est)
     for name, found, result in tried:
       verdict = ("FITS with " + " ".join(f"--config.{k}={v}" for k, v in found.items())

@@ -11,9 +11,51 @@ import dataclasses
 import functools
 import math
 
-from rlsvr.model.config import ModelConfig
+import os
+
+from rlsvr.model.config import PRESETS, ModelConfig, preset
 
 MESH_AXES = ("data", "fsdp", "tensor")  # As rlsvr.parallel (imported lazily: it imports jax).
+_HUB_PRESETS = {f"qwen/{name}": name for name in PRESETS}  # "hub:Qwen/Qwen3-8B" -> qwen3-8b
+# Hub models the configs name that have no preset: their config.json, transcribed.
+_KNOWN = {
+    "qwen/qwen2.5-7b-instruct": ModelConfig(
+        model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+        num_layers=28, num_heads=28, num_kv_heads=4, head_dim=128, tie_word_embeddings=False,
+        qk_norm=False, qkv_bias=True, max_position_embeddings=32768),
+    "smollm2": ModelConfig(
+        model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
+        num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64, tie_word_embeddings=True,
+        qk_norm=False, rope_theta=100000.0, max_position_embeddings=8192)}
+
+
+def model_config_of(source: str) -> ModelConfig:
+  """The architecture of a `model.source`, offline (presets, known hub names, config.json)."""
+  if source in _KNOWN:
+    return _KNOWN[source]
+  if source.startswith("random:"):
+    name = source.split(":", 1)[1]
+    if name == "tiny":
+      from rlsvr.model.sources import TINY_QWEN3  # noqa: PLC0415 (imports jax)
+      return TINY_QWEN3
+    return preset(name)
+  if source.startswith("hub:"):
+    repo = source.split(":", 1)[1]
+    try:  # The HF cache, when the model was downloaded before; never the network.
+      import huggingface_hub  # noqa: PLC0415
+      cached = huggingface_hub.try_to_load_from_cache(repo, "config.json")
+    except Exception:  # noqa: BLE001 (an unreadable cache is just a miss)
+      cached = None
+    if isinstance(cached, str):
+      return ModelConfig.from_hf_dir(os.path.dirname(cached))
+    if repo.lower() in _HUB_PRESETS or repo.lower() in _KNOWN:
+      return _KNOWN.get(repo.lower()) or preset(_HUB_PRESETS[repo.lower()])
+    raise ValueError(f"model.source={source!r}: architecture unknown offline; use random:<preset> "
+                     f"(one of {sorted(_HUB_PRESETS.values())}) or a local HF directory")
+  if os.path.isfile(os.path.join(os.path.expanduser(source), "config.json")):
+    return ModelConfig.from_hf_dir(os.path.expanduser(source))
+  raise ValueError(f"model.source={source!r} is not a preset, a known hub name or an HF directory")
+
 
 
 @functools.lru_cache(maxsize=None)

@@ -123,12 +123,12 @@ def test_cli_prints_the_verdict():
 
 def test_largest_fitting_walks_down_to_the_first_qwen3_that_fits_with_its_largest_settings():
   from configs.rlvr_math import get_config
-  from rlsvr import plan_search
+
   from rlsvr.envs import registry
 
   c, memory = get_config(None), 60 * GIB
-  tried = plan_search.largest_fitting(c, 1, memory)
-  assert [name for name, _, _ in tried] == list(plan_search.QWEN3_LADDER[:len(tried)])
+  tried = plan.largest_fitting(c, 1, memory)
+  assert [name for name, _, _ in tried] == list(plan.QWEN3_LADDER[:len(tried)])
   *misses, (name, found, result) = tried
   assert misses and all(settings is None and not r.fits for _, settings, r in misses)
   assert found and result.fits and result.total_bytes <= memory
