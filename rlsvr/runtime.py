@@ -129,15 +129,19 @@ def jit_full_sequence(fn, *, compiler_options=None, **jit_kwargs):
 
   jitted = {}
 
-  @functools.wraps(fn)
-  def call(*args, **kwargs):
+  def for_backend():
     backend = jax.default_backend()
     if backend not in jitted:
       options = {**(FULL_SEQUENCE_CPU_OPTIONS if backend == "cpu" else {}),
                  **(compiler_options or {})}
       jitted[backend] = jax.jit(fn, compiler_options=options or None, **jit_kwargs)
-    return jitted[backend](*args, **kwargs)
+    return jitted[backend]
 
+  @functools.wraps(fn)
+  def call(*args, **kwargs):
+    return for_backend()(*args, **kwargs)
+
+  call.lower = lambda *args, **kwargs: for_backend().lower(*args, **kwargs)
   # Programs compiled so far (tests count compiles with it, as with a jitted function).
   call._cache_size = lambda: sum(j._cache_size() for j in jitted.values())  # noqa: SLF001
   return call

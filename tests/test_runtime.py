@@ -160,15 +160,15 @@ def test_malloc_on_huge_pages_faults_far_fewer_pages(tmp_path):
     assert small > pages / 2, small
 
 
-def test_full_sequence_programs_round_dots_no_more_than_pytorch():
-  """`jit_full_sequence` compiles dots whose float32 rounding error is PyTorch's (MKL's),
-  on the update's matmul shapes (SmolLM2-135M's projections over a 157-token batch).
-  XLA:CPU's default YNNPACK kernels measured 1.15-1.26x (docs/benchmarks.md, "float32
-  accuracy"); those would fail here."""
+def test_full_sequence_programs_compile_dots_without_ynnpack_and_round_no_worse():
+  """`jit_full_sequence` compiles the update's dots without XLA:CPU's default YNNPACK
+  kernels, whose float32 rounding error measured 1.15-1.26x Eigen's (the kernel used
+  instead) on the update's matmul shapes, SmolLM2-135M's projections over a 157-token
+  batch (docs/benchmarks.md, "float32 accuracy"). A ratio to PyTorch's error is no bar:
+  MKL's own error moves by 20% between its AVX2 and AVX-512 kernels."""
   import jax
   import jax.numpy as jnp
   import numpy as np
-  import torch
 
   from rlsvr import runtime
 
@@ -177,7 +177,8 @@ def test_full_sequence_programs_round_dots_no_more_than_pytorch():
   for m, k, n in ((157, 576, 1536), (157, 1536, 576), (157, 576, 49152)):
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    assert "__ynn_fusion" not in dot.lower(a, b).compile().as_text()
     exact = a.astype(np.float64) @ b.astype(np.float64)
     rms = lambda x: float(np.sqrt(np.mean((np.asarray(x, np.float64) - exact) ** 2)))
-    ours, theirs = rms(dot(a, b)), rms(torch.from_numpy(a) @ torch.from_numpy(b))
-    assert ours <= 1.1 * theirs, ((m, k, n), ours, theirs, rms(jax.jit(jnp.dot)(a, b)))
+    ours, default = rms(dot(a, b)), rms(jax.jit(jnp.dot)(a, b))
+    assert ours <= default, ((m, k, n), ours, default)
