@@ -75,8 +75,8 @@ def idealised_games(game, documents, seed: int):
 def hidden_states(model, ids, layers):
   import torch  # noqa: PLC0415
 
-  with torch.no_grad():
-    out = model(torch.tensor([ids]), output_hidden_states=True)
+  with torch.no_grad():  # Logits of the last position only: the head over all is most of the cost.
+    out = model(torch.tensor([ids]), output_hidden_states=True, logits_to_keep=1)
   return {layer: out.hidden_states[layer][0].numpy() for layer in layers}
 
 
