@@ -145,3 +145,11 @@ def jit_full_sequence(fn, *, compiler_options=None, **jit_kwargs):
   # Programs compiled so far (tests count compiles with it, as with a jitted function).
   call._cache_size = lambda: sum(j._cache_size() for j in jitted.values())  # noqa: SLF001
   return call
+
+
+def peak_device_bytes() -> int | None:
+  """The first local device's peak allocated bytes since the process started, where the
+  backend keeps them (GPU, TPU); None on the CPU, which keeps no such statistics."""
+  import jax  # noqa: PLC0415
+
+  return (jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use")

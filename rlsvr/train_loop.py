@@ -202,6 +202,9 @@ def train_one_step(setup: Setup, state: TrainState, step: int):
                   **{k: float(v) for k, v in step_metrics.items()},
                   "perf/step_s": step_s, "perf/play_s": play_s,
                   "perf/tokens_per_s": tokens / play_s}
+  peak = runtime.peak_device_bytes()
+  if peak is not None:  # GPU, TPU: compare with `python -m rlsvr.plan`.
+    step_metrics["perf/peak_device_bytes"] = float(peak)
   return state, step_metrics, record
 
 

@@ -30,14 +30,18 @@ NOT_RUN = {  # argv prefix -> why the smoke form is not to run it.
 class Bench:
   """How a bench script's smoke form is made."""
 
-  config: str  # Its default --config, smoke-ified when the command names none.
+  config: str | None  # Its default --config, smoke-ified when the command names none;
+  # None: the script takes no --config.
   # Flags that size it -> smoke values; `--set KEY=V` is "--set KEY", and None drops that
   # `--set`: the smoke config's own value, so its programs are those the suite compiled.
   sizes: dict[str, str | None]
   outputs: tuple[str, ...]  # Flags naming what it writes: pointed into tmp.
+  extra: tuple[str, ...] = ()  # Flags the smoke form adds (the script's own smoke mode).
 
 
 BENCH = {  # Flags not named here stay as written.
+    # The learning part only: tests/test_bench_accelerator.py runs the others in-process.
+    "bench/accelerator_check.py": Bench(None, {}, ("--json",), extra=("--smoke", "--parts=learn")),
     "bench/spy_ceiling.py": Bench("configs/spy_summ.py:cpu", {"--games": "2"}, ("--json",)),
     "bench/spy_probe.py": Bench("configs/spy_summ.py:cpu", {"--games": "4"}, ("--json",)),
     "bench/learning_spy.py": Bench(
@@ -237,9 +241,11 @@ def _bench(argv):
       out.append(f"{flag}={bench.sizes[flag]}")
     else:
       out.append(word)
-  if _flag(out, "--config") is None:
-    out.append(f"--config={bench.config}")
-  out = _drop(_with_smoke_config(out), *bench.outputs)
+  if bench.config is not None:
+    if _flag(out, "--config") is None:
+      out.append(f"--config={bench.config}")
+    out = _with_smoke_config(out)
+  out = _drop(out, *bench.outputs) + [f for f in bench.extra if f not in out]
   written = [f"{flag}={TMP}/{flag.lstrip('-')}" for flag in bench.outputs]
   return Smoke(out + written, expect_files=tuple(f"{TMP}/json" for f in bench.outputs
                                                   if f == "--json"))

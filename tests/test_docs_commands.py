@@ -50,7 +50,7 @@ The smoke form, rule by rule (first match wins; RULES in tests/doc_commands.py):
   setup, the job and the trainer command and runs none: these need GPUs, Slurm
   or a TPU pod); the printed trainer command must name the documented config.
 - `python bench/<script>.py ...`: scripts listed in BENCH only, each with the
-  flags that size it cut down or dropped (BENCH says which; a dropped `--set`
+  flags that size it cut down or dropped, or its own smoke flag added (`--smoke`) (BENCH says which; a dropped `--set`
   leaves the smoke config's value, whose programs the suite has compiled already:
   read from the compilation cache, not compiled again), the `--config` rule above (on
   the script's default config when the command names none), and the flags naming
