@@ -9,8 +9,8 @@ from tests.test_plan import component, smoke
 
 
 def test_param_bytes_exact_by_hand():
-  m = TINY_QWEN3  # V151936 D64 F128 L2 H4 K2 Dh16, tied embeddings.
-  v, d, f, l, h, k, dh = 151936, 64, 128, 2, 4, 2, 16
+  m = TINY_QWEN3  # V151936 D16 F32 L2 H4 K2 Dh4, tied embeddings.
+  v, d, f, l, h, k, dh = 151936, 16, 32, 2, 4, 2, 4
   norms = d + 2 * l * d + 2 * l * dh  # final, input, post-attention; q and k norms.
   assert m.num_params() == v * d + l * (2 * d * h * dh + 2 * d * k * dh + 3 * d * f) + norms
   one = {"data": 1, "fsdp": 1, "tensor": 1}

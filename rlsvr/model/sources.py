@@ -17,9 +17,12 @@ from rlsvr.model import assets, hf, qwen3, tokenizer as tokenizers
 from rlsvr.model import params as params_lib
 from rlsvr.model.config import ModelConfig, preset
 
-# A Qwen3 small enough for seconds-long smoke runs, with the real Qwen3 vocabulary.
-TINY_QWEN3 = ModelConfig(vocab_size=151936, hidden_size=64, intermediate_size=128, num_layers=2,
-                         num_heads=4, num_kv_heads=2, head_dim=16, tie_word_embeddings=True,
+# A Qwen3 small enough for seconds-long smoke runs, with the real Qwen3 vocabulary. The
+# embedding is nearly all of its weights, so its width sets a smoke step's time: 16 wide,
+# a warm two-step smoke run takes 3.3 s against 5.0 s at 64 (docs/benchmarks.md, "Test
+# suite, cold cache"). Four query and two KV heads keep the sharding cases of the tests.
+TINY_QWEN3 = ModelConfig(vocab_size=151936, hidden_size=16, intermediate_size=32, num_layers=2,
+                         num_heads=4, num_kv_heads=2, head_dim=4, tie_word_embeddings=True,
                          bos_token_id=151643, eos_token_id=151645)
 
 
