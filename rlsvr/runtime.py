@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -45,14 +46,21 @@ def _cpu_backend_started() -> bool:
 
 def set_host_devices(count: int | None = None) -> int:
   """Asks XLA:CPU for `count` devices (default: one per core) unless XLA_FLAGS already
-  sets a count; returns the count in effect. Must run before JAX's backend starts."""
+  sets a count; returns the count in effect. Must run before JAX's backend starts.
+
+  Through JAX's config, not XLA_FLAGS: the environment is what child processes inherit,
+  and a child JAX (a user's subprocess, a worker) must not get this process's devices."""
   current = host_device_count()
   if current is not None:
     return current
+  import jax  # noqa: PLC0415
+
+  if jax.config.jax_num_cpu_devices > 0:
+    return jax.config.jax_num_cpu_devices
   if _cpu_backend_started():
     raise RuntimeError("set_host_devices() must run before JAX starts its backends")
   count = count or cpu_cores()
-  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_DEVICE_COUNT_FLAG}={count}".strip()
+  jax.config.update("jax_num_cpu_devices", count)
   return count
 
 
@@ -67,21 +75,41 @@ def huge_pages_env(environ=os.environ) -> dict[str, str] | None:
                                                               HUGE_PAGES_TUNABLE + "=1")))}
 
 
+_ORIGINAL_TUNABLES = "_RLSVR_GLIBC_TUNABLES_BEFORE_RESTART"  # JSON: the value, or null.
+_restarted = False
+
+
 def exec_with_huge_pages() -> None:
   """Restarts this process (same pid and command line) with `GLIBC_TUNABLES` asking
   malloc for transparent huge pages, unless it already does; glibc reads tunables only
-  at start-up. Call it first, before any work.
+  at start-up. Call it first, before any work. RLSVR_HUGE_PAGES=0 turns it off.
 
   XLA:CPU allocates a program's large buffers afresh on every run, and glibc maps each
   from the kernel, so every step faults in each 4 KiB page again; on 2 MiB pages an
   update faults far less and runs faster (bench/train_step.py). Harmless where the
   kernel offers no huge pages or the C library is not glibc (the variable is then ignored).
+
+  The restarted process puts `GLIBC_TUNABLES` back as it was, so that its children (a
+  user's subprocess, reward workers) start as they would have. Under a debugger or tracer
+  (`python -m pdb`, coverage) it does not restart: a restart would lose the breakpoints.
   """
+  global _restarted
+  if _ORIGINAL_TUNABLES in os.environ:  # This is the restarted process.
+    original = json.loads(os.environ.pop(_ORIGINAL_TUNABLES))
+    if original is None:
+      os.environ.pop("GLIBC_TUNABLES", None)
+    else:
+      os.environ["GLIBC_TUNABLES"] = original
+    _restarted = True
+    return
   env = huge_pages_env()
-  if env is not None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+  # (Not `"pdb" in sys.modules`: absl.app imports pdb for its --pdb_post_mortem flag.)
+  if env is None or _restarted or sys.gettrace() is not None:
+    return
+  env[_ORIGINAL_TUNABLES] = json.dumps(os.environ.get("GLIBC_TUNABLES"))
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
 def compilation_cache_dir() -> str:

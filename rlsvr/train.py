@@ -11,6 +11,11 @@ rollout JSONL, orbax checkpoints (resumed automatically), and curves.png; with
 
 The loop itself is `rlsvr.train_loop`; this module holds the command line and the
 config checks, which run before JAX and the model are imported.
+
+On Linux the process first restarts itself with malloc on 2 MiB pages (faster XLA:CPU
+steps; `rlsvr.runtime.exec_with_huge_pages`); RLSVR_HUGE_PAGES=0 turns that off, and a
+debugger (`python -m pdb -m rlsvr.train ...`) keeps the process as it started. Child
+processes get the environment the command was started with.
 """
 from __future__ import annotations
 
@@ -47,15 +52,33 @@ def check_config(c) -> None:
   registry.import_plugins(c)  # First: they may register the names the checks look up.
   registry.get(c.env).check(c)
   grpo_config(c)
+  if c.grpo.overlong_buffer > 0:  # DAPO's shaping penalises lengths past limit - buffer.
+    from rlsvr.plan_costs import Estimates  # noqa: PLC0415
+
+    for phase in registry.get(c.env).plan(c, Estimates()).phases:
+      if c.grpo.overlong_buffer >= phase.completion_tokens:
+        raise ValueError(f"bad config: grpo.overlong_buffer={c.grpo.overlong_buffer} must be "
+                         f"below the completion limit of phase {phase.name!r} "
+                         f"({phase.completion_tokens} tokens), or every completion is "
+                         "penalised")
 
 
 def grpo_config(c):
+  from rlsvr.envs import registry  # noqa: PLC0415
+  from rlsvr.plan_costs import Estimates  # noqa: PLC0415
+  from rlsvr.rl import losses  # noqa: PLC0415
   from rlsvr.rl.config import GRPOConfig  # noqa: PLC0415
 
+  grpo = dict(c.grpo)
+  mode = losses.LOSS_TYPES.get(grpo.get("loss_type") or "", grpo.get("agg_mode"))
+  if mode == "seq-mean-token-sum-norm" and not grpo.get("loss_scale_factor"):
+    # The longest completion the environment allows, as verl's fixed padding divides by.
+    phases = registry.get(c.env).plan(c, Estimates()).phases
+    grpo["loss_scale_factor"] = float(max(p.completion_tokens for p in phases))
   # The update scores tokens under the distribution they were sampled from.
   temperature = c.sampling.temperature if c.sampling.temperature > 0 else 1.0
   try:
-    return GRPOConfig(**c.grpo, temperature=temperature, param_dtype=c.model.param_dtype,
+    return GRPOConfig(**grpo, temperature=temperature, param_dtype=c.model.param_dtype,
                       compute_dtype=c.model.compute_dtype)
   except (TypeError, ValueError) as e:
     raise ValueError(f"bad config (grpo.*): {e}") from None

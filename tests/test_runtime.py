@@ -29,11 +29,16 @@ def test_host_devices_default_to_one_per_core_and_yield_to_xla_flags():
 import json
 from rlsvr import runtime
 n = runtime.set_host_devices()
-import jax
-print(json.dumps({"set": n, "devices": jax.device_count(), "cores": runtime.cpu_cores()}))
+import jax, os, subprocess, sys
+child = subprocess.run([sys.executable, "-c", "import jax; print(jax.device_count())"],
+                       capture_output=True, text=True, check=True).stdout.split()[-1]
+print(json.dumps({"set": n, "devices": jax.device_count(), "cores": runtime.cpu_cores(),
+                  "child": int(child), "XLA_FLAGS": os.environ.get("XLA_FLAGS")}))
 """
   got = _python(code)
   assert got["set"] == got["devices"] == got["cores"]
+  # A child JAX starts as it would have: this process's devices are not in its environment.
+  assert got["child"] == 1 and got["XLA_FLAGS"] is None
   got = _python(code, XLA_FLAGS="--xla_force_host_platform_device_count=3")
   assert got["set"] == got["devices"] == 3
 
@@ -106,11 +111,14 @@ def test_the_minimum_compile_time_is_ours_unless_jax_s_variable_sets_it(tmp_path
 
 
 HUGE_PAGES = """
-import ctypes, json, os, resource, sys
+import ctypes, json, os, resource, subprocess, sys
 from rlsvr import runtime
 with open(sys.argv[1], "a") as f:
   f.write(f"{os.getpid()}\\n")  # One line per start of this process.
+if len(sys.argv) > 2:  # As under a debugger or a coverage tool.
+  sys.settrace(lambda *args: None)
 runtime.exec_with_huge_pages()
+sys.settrace(None)
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 # Plain malloc, as XLA's buffers are (numpy asks the kernel for huge pages by itself).
 libc = ctypes.CDLL(None)
@@ -119,26 +127,36 @@ ctypes.memset(libc.malloc(2**28), 1, 2**28)  # 256 MiB, each page touched once.
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
 with open(sys.argv[1]) as f:
   starts = f.read().split()
+with open("/proc/self/environ", "rb") as f:  # What this process started with (glibc may
+  started = f.read()                          # rewrite the tunables in place: search it).
+child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('GLIBC_TUNABLES'))"],
+                       capture_output=True, text=True, check=True).stdout.strip()
 print(json.dumps({"starts": starts, "pid": os.getpid(), "faults": faults,
-                  "tunables": os.environ.get("GLIBC_TUNABLES")}))
+                  "on_huge_pages": b"glibc.malloc.hugetlb=1" in started,
+                  "tunables": os.environ.get("GLIBC_TUNABLES"), "child": child}))
 """
 
 
-def _huge_pages_run(tmp_path, **env) -> dict:
-  return _python(HUGE_PAGES, str(tmp_path / f"starts{len(list(tmp_path.iterdir()))}"), **env)
+def _huge_pages_run(tmp_path, *argv, **env) -> dict:
+  return _python(HUGE_PAGES, str(tmp_path / f"starts{len(list(tmp_path.iterdir()))}"), *argv,
+                 **env)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables are Linux's")
 def test_the_process_restarts_once_with_malloc_on_huge_pages(tmp_path):
   got = _huge_pages_run(tmp_path)
-  # Restarted in place: the same pid twice, then never again (the tunable is set).
+  # Restarted in place: the same pid twice, then never again (the tunable is set), with
+  # the environment of its children as before the restart.
   assert got["starts"] == [str(got["pid"])] * 2
-  assert got["tunables"] == "glibc.malloc.hugetlb=1"
+  assert got["on_huge_pages"] and got["tunables"] is None and got["child"] == "None"
   kept = _huge_pages_run(tmp_path, GLIBC_TUNABLES="glibc.malloc.arena_max=2")
-  assert kept["tunables"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+  assert kept["on_huge_pages"] and kept["starts"] == [str(kept["pid"])] * 2
+  assert kept["tunables"] == kept["child"] == "glibc.malloc.arena_max=2"
   for env in ({"RLSVR_HUGE_PAGES": "0"}, {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}):
     got = _huge_pages_run(tmp_path, **env)
     assert len(got["starts"]) == 1 and got["tunables"] == env.get("GLIBC_TUNABLES"), env
+  traced = _huge_pages_run(tmp_path, "traced")  # A restart would lose pdb's breakpoints.
+  assert len(traced["starts"]) == 1 and not traced["on_huge_pages"]
 
 
 def _transparent_huge_pages() -> str:
