@@ -73,7 +73,8 @@ def base_config() -> ml_collections.ConfigDict:
   # TRL's loss_type, replacing agg_mode when set: grpo (seq-mean-token-mean) | dapo, bnpo
   # (token-mean) | dr_grpo (seq-mean-token-sum-norm / loss_scale_factor, which it needs).
   c.grpo.loss_type = ""
-  c.grpo.loss_scale_factor = 0.0  # seq-mean-token-sum-norm divisor (max length); 0: the bucket.
+  # seq-mean-token-sum-norm divisor: the max completion length; 0: the environment's limit.
+  c.grpo.loss_scale_factor = 0.0
   # Advantage estimator (rlsvr.rl.advantages): grpo | rloo | reinforce_plus_plus_baseline.
   c.grpo.advantage = "grpo"
   c.grpo.norm_adv_by_std = True  # GRPO: divide group-centred rewards by the group std.

@@ -11,15 +11,19 @@ The frozen reference weights are not saved: they are the initial weights and
 are rebuilt from the model source on resume. Orbax writes each step to a
 temporary directory and renames it when complete, so a crash mid-save leaves
 the previous checkpoint intact and resume picks the newest complete one. A
-complete step that cannot be read (a truncated file, a missing item) is moved
-to `workdir/checkpoints_unreadable/` with a warning naming it, and the next
-older one is restored; only when none is readable does restore fail. In a
+complete step whose files are bad (a truncated file, a missing item, malformed
+metadata) is moved to `workdir/checkpoints_unreadable/` with a warning naming
+it, and the next older one is restored; only when none is readable does restore
+fail. Any other error (a network file system or GCS hiccup, a timeout, out of
+memory) may pass: the read is retried (`RETRY_DELAYS_S`), and if it still fails
+restore raises with nothing moved, so a rerun resumes from the same step. In a
 multi-process run a step is readable only when every process read its shards
 of it, so all processes resume from the same step.
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import shutil
@@ -50,6 +54,34 @@ def _saveable(state: TrainState) -> dict[str, Any]:
 
 
 _ITEMS = ("state", "env", "meta", "models")
+RETRY_DELAYS_S = (2.0, 8.0, 30.0)  # Before each new attempt at a read that may pass.
+# What tensorstore, orbax and the JSON reader say of files that are bad, not unreachable.
+_BAD_FILE_MARKS = ("data_loss", "not_found", "not found", "no such file", "out_of_range",
+                   "invalid_argument", "corrupt", "truncat", "checksum", "decode",
+                   "unexpected end", "expecting value", "unterminated", "missing")
+_PASSING_ERRNOS = {errno.EIO, errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.ENOMEM,
+                   errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED, errno.ENETDOWN,
+                   errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ESTALE, errno.ENOLINK}
+
+
+class CheckpointReadError(RuntimeError):
+  """A checkpoint could not be read for a reason that may pass; nothing was moved or cut."""
+
+
+def files_are_bad(e: BaseException) -> bool:
+  """Whether `e`, raised reading a checkpoint, shows that its files are bad (so the step
+  may be set aside) rather than unreachable for now (retry; never discard)."""
+  if isinstance(e, (MemoryError, TimeoutError, ConnectionError)):
+    return False
+  if isinstance(e, OSError) and e.errno in _PASSING_ERRNOS:
+    return False
+  if isinstance(e, (FileNotFoundError, json.JSONDecodeError)):
+    return True
+  text = f"{type(e).__name__}: {e}".lower()
+  if any(mark in text for mark in ("resource_exhausted", "out of memory", "unavailable",
+                                   "deadline_exceeded", "deadline exceeded", "timed out")):
+    return False
+  return any(mark in text for mark in _BAD_FILE_MARKS)
 
 
 class Checkpointer:
@@ -100,14 +132,16 @@ class Checkpointer:
       raise FileNotFoundError(f"no checkpoint in {self.directory}")
     errors = []
     for s in steps:
-      try:
-        restored, why = self._restore_step(state, s), ""
-      except Exception as e:  # noqa: BLE001 (orbax and tensorstore raise many kinds)
-        if step is not None:
-          raise
-        restored, why = None, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+      restored, why, passing = self._read_with_retries(state, s, raise_errors=step is not None)
       # Every process reads its own shards: a step counts as readable only if it is on all
       # of them, or the processes would resume from different steps.
+      passing_on = _processes_where(passing)
+      if passing_on:
+        raise CheckpointReadError(
+            f"checkpoint step {s} in {self.directory} could not be read on process(es) "
+            f"{passing_on} after {len(RETRY_DELAYS_S) + 1} attempts ({why or 'see them'}); "
+            "the error may pass (file system, network, memory), so nothing was moved and no "
+            "output was cut: rerun to resume from it")
       unreadable_on = _processes_where(bool(why))
       if unreadable_on:
         errors.append((s, why or f"unreadable on process(es) {unreadable_on}"))
@@ -120,6 +154,25 @@ class Checkpointer:
       return restored
     raise RuntimeError(f"no readable checkpoint in {self.directory}: " + "; ".join(
         f"step {b}: {why}" for b, why in errors))
+
+  def _read_with_retries(self, state: TrainState, step: int, raise_errors: bool):
+    """(restored or None, why it failed or "", whether the failure may pass)."""
+    for attempt, delay in enumerate((*RETRY_DELAYS_S, None)):
+      try:
+        return self._restore_step(state, step), "", False
+      except Exception as e:  # noqa: BLE001 (orbax and tensorstore raise many kinds)
+        if raise_errors:
+          raise
+        why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+        if files_are_bad(e):
+          return None, why, False
+        if delay is None:
+          return None, why, True
+        print(f"WARNING: reading checkpoint step {step} failed ({why}); attempt "
+              f"{attempt + 2} in {delay:g} s", file=sys.stderr, flush=True)
+        time.sleep(delay)
+        self.manager.reload()
+    raise AssertionError("unreachable")
 
   @property
   def unreadable_dir(self) -> str:

@@ -185,6 +185,7 @@ def _sampler_phase(c, s: _Sharded, call: registry.SamplerCall, prompt_tokens: in
 def _train_phase(c, s: _Sharded, train: registry.TrainPhase,
                  prompt_lengths: dict[str, int]) -> list[Component]:
   """One update over `train`'s rows, padded as `rlsvr.rl.batch` pads them."""
+  from rlsvr.rl.batch import row_bucket  # noqa: PLC0415
   from rlsvr.rl.logprobs import chunk_len  # noqa: PLC0415
 
   prompt_len = batch_bucket(max(prompt_lengths[call] for call in train.calls))
@@ -193,7 +194,7 @@ def _train_phase(c, s: _Sharded, train: registry.TrainPhase,
   # The trainer pads the rows to whole micro-batches, each split over the data shards.
   rows_multiple = (math.lcm(micro_batch_config, s.data_shards) if micro_batch_config
                    else s.data_shards)
-  batch_rows = -(-train.rows // rows_multiple) * rows_multiple
+  batch_rows = row_bucket(train.rows, rows_multiple)  # As `build_batch` pads them.
   micro_batch_rows = micro_batch_config or batch_rows
   split = micro_batch_rows % s.data_shards == 0
   rows_per_device = micro_batch_rows // s.data_shards if split else micro_batch_rows

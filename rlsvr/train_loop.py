@@ -79,7 +79,10 @@ def run(c, grpo: GRPOConfig, workdir: str) -> dict[str, Any]:
           "config": c.to_json_best_effort()}
 
   last: dict[str, Any] = {}
-  if c.heldout.size > 0 and start == 0:
+  # A run restarted before its first checkpoint keeps its step-0 evaluation (`rewind`
+  # keeps steps <= 0): evaluating again would add a second step-0 column.
+  evaluated = {h["step"] for h in heldout.read(workdir)} if c.heldout.size > 0 else set()
+  if c.heldout.size > 0 and start == 0 and 0 not in evaluated:
     evaluate_heldout(setup, state, 0)
   try:
     for step in range(start + 1, c.steps + 1):
@@ -175,6 +178,16 @@ def sampler_closure(sampler: Sampler, policy_params, seed: int, *key_path) -> Sa
   return sample
 
 
+def release_sampler_weights(setup: Setup) -> None:
+  """Drops every sampler's decode layout of its weights (the policy's and any the
+  environment keeps, e.g. a judge's): the update, which `rlsvr.plan` sizes without
+  them, needs that memory."""
+  setup.sampler.release_weights()
+  release = getattr(setup.experiment, "release_weights", None)
+  if release is not None:
+    release()
+
+
 def train_one_step(setup: Setup, state: TrainState, step: int):
   """Plays the step's episodes and makes one update: (state, metrics, rollout record)."""
   c, grpo = setup.config, setup.grpo
@@ -184,10 +197,13 @@ def train_one_step(setup: Setup, state: TrainState, step: int):
   played = filtering.play_step(lambda r: setup.experiment.play_round(step, sample, policy_params, r),
                                filter_groups=grpo.filter_groups,
                                max_rounds=grpo.max_num_gen_batches)
+  finish_step = getattr(setup.experiment, "finish_step", None)
+  if finish_step is not None:
+    finish_step(played.rows)
   # Before the update: with bf16 compute it is a copy of the weights, and the sampler
   # keeps its own copy, laid out for decoding, for the step's later calls.
   del policy_params, sample
-  setup.sampler.release_weights()
+  release_sampler_weights(setup)
   play_s = time.time() - t0
   batch = batching.build_batch(played.rows, grpo, pad_id=setup.pad_id,
                                batch_multiple=setup.rows_multiple,
@@ -215,7 +231,7 @@ def evaluate_heldout(setup: Setup, state: TrainState, step: int) -> None:
   sample = sampler_closure(setup.sampler, policy_params, setup.config.seed, "heldout")
   t0 = time.time()
   result = setup.experiment.evaluate(sample, policy_params)
-  setup.sampler.release_weights()
+  release_sampler_weights(setup)
   setup.log(f"held-out evaluation at step {step}: {setup.config.heldout.size} episodes in "
         f"{time.time() - t0:.0f} s")
   if setup.lead:

@@ -77,3 +77,21 @@ def test_heldout_needs_an_environment_that_can_evaluate(tmp_path):
   c.heldout.size = 2
   with pytest.raises(ValueError, match="has no evaluate"):
     train.train(c, str(tmp_path))
+
+
+def test_a_restart_before_the_first_checkpoint_evaluates_step_0_once(tmp_path, monkeypatch):
+  from rlsvr import train_loop
+
+  workdir = str(tmp_path)
+  real_step = train_loop.train_one_step
+
+  def crash(*args):
+    raise RuntimeError("the machine went away")
+
+  monkeypatch.setattr(train_loop, "train_one_step", crash)
+  with pytest.raises(RuntimeError, match="went away"):
+    train.train(_spy_smoke(1), workdir)  # Evaluated step 0, then died in step 1.
+  assert [r["step"] for r in heldout.read(workdir)] == [0]
+  monkeypatch.setattr(train_loop, "train_one_step", real_step)
+  train.train(_spy_smoke(1), workdir)  # No checkpoint to resume: starts at step 0 again.
+  assert [r["step"] for r in heldout.read(workdir)] == [0, 1]

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from rlsvr import checkpoint, metrics, train
+from rlsvr.rl.config import GRPOConfig
 from tests.conftest import smoke_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -192,6 +193,7 @@ def test_every_config_smoke_variant_runs(name, tmp_path):
     ("spy.variant", "triple", "spy"),
     ("grpo.agg_mode", "seq-mean", "grpo"),
     ("grpo.kl_kind", "k9", "grpo"),
+    ("grpo.overlong_buffer", 8, "overlong_buffer=8 must be below the completion limit"),
 ])
 def test_bad_configs_fail_before_any_model_is_loaded(monkeypatch, tmp_path, key, value, match):
   from rlsvr.model import sources
@@ -230,3 +232,74 @@ def test_a_config_that_does_not_fit_is_refused_with_its_plan(monkeypatch, tmp_pa
   with pytest.raises(pytest.fail.Exception, match="model was loaded"):
     train.train(c, str(tmp_path))
 
+
+
+def test_dr_grpo_divides_by_the_longest_completion_the_environment_allows():
+  """seq-mean-token-sum-norm left at 0 divides by the configured limit, as verl's fixed
+  padding does, not by the batch's length bucket (which moves with its longest row)."""
+  from configs import rlvr_math, spy_summ
+
+  for config, limit in ((spy_summ.get_config("smoke"), 8), (rlvr_math.get_config("smoke"), None)):
+    config.grpo.loss_type = "dr_grpo"
+    limit = limit or config.reward_fn.max_new_tokens
+    assert train.grpo_config(config).loss_scale_factor == limit
+    config.grpo.loss_scale_factor = 3.0  # A factor given is kept.
+    assert train.grpo_config(config).loss_scale_factor == 3.0
+  with pytest.raises(ValueError, match="max completion length"):
+    GRPOConfig(agg_mode="seq-mean-token-sum-norm")
+
+
+def test_a_read_error_that_may_pass_is_retried_and_never_discards_anything(
+    smoke_run, tmp_path, monkeypatch):
+  """An I/O error on the newest checkpoint is retried (and then it reads); one that keeps
+  failing stops the run with every checkpoint and output as it was."""
+  import errno
+
+  monkeypatch.setattr(checkpoint, "RETRY_DELAYS_S", (0.0, 0.0))
+  real = checkpoint.Checkpointer._restore_step
+  calls = []
+
+  def flaky(self, state, step, fail_times):
+    calls.append(step)
+    if len(calls) <= fail_times:
+      raise OSError(errno.EIO, "Input/output error")  # as a network file system says
+    return real(self, state, step)
+
+  workdir = str(tmp_path / "flaky")
+  shutil.copytree(smoke_run, workdir)
+  monkeypatch.setattr(checkpoint.Checkpointer, "_restore_step",
+                      lambda self, state, step: flaky(self, state, step, fail_times=2))
+  train.train(smoke_config(steps=3), workdir)
+  assert calls[:3] == [2, 2, 2]  # step 2 read on the third attempt, not set aside
+  assert not os.path.exists(os.path.join(workdir, "checkpoints_unreadable"))
+  assert [r["step"] for r in metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [
+      1, 2, 3]
+
+  workdir = str(tmp_path / "down")
+  shutil.copytree(smoke_run, workdir)
+  outputs = {name: open(os.path.join(workdir, name), "rb").read()
+             for name in ("metrics.jsonl", "rollouts.txt")}
+  calls.clear()
+  monkeypatch.setattr(checkpoint.Checkpointer, "_restore_step",
+                      lambda self, state, step: flaky(self, state, step, fail_times=99))
+  with pytest.raises(checkpoint.CheckpointReadError, match="may pass"):
+    train.train(smoke_config(steps=3), workdir)
+  assert calls == [2, 2, 2]  # three attempts at the newest step, no fall back to step 1
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["1", "2"]
+  assert not os.path.exists(os.path.join(workdir, "checkpoints_unreadable"))
+  for name, content in outputs.items():
+    assert open(os.path.join(workdir, name), "rb").read() == content, name
+
+
+@pytest.mark.parametrize("error,bad", [
+    (OSError(5, "Input/output error"), False),
+    (MemoryError(), False),
+    (TimeoutError("read timed out"), False),
+    (ValueError("UNAVAILABLE: GCS backend unavailable"), False),
+    (ValueError("RESOURCE_EXHAUSTED: out of memory allocating 4 GiB"), False),
+    (FileNotFoundError(2, "No such file or directory"), True),
+    (ValueError("DATA_LOSS: Error reading local file: truncated"), True),
+    (json.JSONDecodeError("Expecting value", "", 0), True),
+])
+def test_only_errors_that_show_bad_files_set_a_checkpoint_aside(error, bad):
+  assert checkpoint.files_are_bad(error) == bad

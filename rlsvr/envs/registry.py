@@ -66,6 +66,12 @@ class Experiment(Protocol):
     """JSON-serialisable state to checkpoint (stream position, baselines, ...)."""
     ...
 
+  # Optional: `finish_step(trained_rows)` after the step's rounds, with the rows its update
+  # trains (after dynamic sampling), before their advantages: state that must move once
+  # per step (the spy game's role baselines) moves there, and may set the rows' baselines.
+  # Optional: `release_weights()`, called with the policy sampler's before each update: an
+  # environment with samplers of its own (a judge's) drops their decode layouts there.
+
   def load_state_dict(self, state: Mapping[str, Any], step: int) -> None:
     ...
 

@@ -80,6 +80,18 @@ def advantages_of(trajectories: Sequence[Trajectory], config: GRPOConfig | None 
   return np.asarray(estimator(rewards, groups, baselines, tokens, config))
 
 
+def row_bucket(n: int, multiple: int = 1) -> int:
+  """The padded row count of a train batch of `n` rows: the smallest power of two or 1.5 x
+  a power of two >= n (1, 2, 3, 4, 6, 8, 12, 16, 24, ...), rounded up to a multiple of
+  `multiple`. Every distinct row count compiles `train_step` again, and partly filled
+  DAPO batches or dropped unscorable rows would each bring one; the padding rows are
+  fully masked (no loss changes) and are at most a third of the batch."""
+  if n < 1:
+    raise ValueError(f"a batch needs at least one row, got {n}")
+  bucket = next(b for k in range(64) for b in (2**k, 3 * 2**k // 2) if b >= n)
+  return -(-bucket // multiple) * multiple
+
+
 def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = None, *,
                 advantages: Sequence[float] | None = None,
                 max_response_length: int | Sequence[int] | None = None, pad_id: int = 0,
@@ -97,9 +109,10 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
       trajectory), needed by `config.overlong_buffer` > 0.
     pad_id: token id of padding (never attended to, never trained).
     min_bucket: the smallest prompt / completion bucket.
-    batch_multiple: rows are padded with fully masked rows to a multiple of
-      this (updates per batch x micro-batch size, and data shards), which
-      changes no loss.
+    batch_multiple: rows are padded with fully masked rows, which change no
+      loss, to `row_bucket(rows, batch_multiple)`: a bucket (few compiled
+      shapes) that is a multiple of this (updates per batch x micro-batch
+      size, and data shards).
     share_prompts: lay rows that share a prompt out to run it once (the layout
       above, rows reordered) when that saves >= 25% of the tokens; the update
       is the same. `config`'s updates_per_batch and micro_batch_size say how
@@ -122,7 +135,7 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
       raise ValueError(f"{len(t.logprobs)} logprobs for {len(t.completion_ids)} completion ids")
   p = length_bucket(max(len(t.prompt_ids) for t, _ in rows), min_bucket)
   c = length_bucket(max(len(t.completion_ids) for t, _ in rows), min_bucket)
-  b = -(-len(rows) // batch_multiple) * batch_multiple
+  b = row_bucket(len(rows), batch_multiple)
   if share_prompts:
     shared = _shared_prompt_layout(rows, p, c, b, config, pad_id)
     if shared is not None:

@@ -37,9 +37,13 @@ class GRPOConfig:
   policy_loss: str = "vanilla"
   agg_mode: str = "token-mean"  # verl: loss_agg_mode
   # TRL's `loss_type` (grpo | bnpo | dapo | dr_grpo): when set, it replaces agg_mode
-  # (`losses.LOSS_TYPES`); dr_grpo needs loss_scale_factor = the max completion length.
+  # (`losses.LOSS_TYPES`).
   loss_type: str = ""
-  loss_scale_factor: float = 0.0  # seq-mean-token-sum-norm divisor; 0: T (the bucket)
+  # The seq-mean-token-sum-norm (dr_grpo) divisor, which that mode needs: the max completion
+  # length, as verl's fixed padding and TRL's max_completion_length give it. A batch's own
+  # width (its length bucket) would move the step size with its longest completion.
+  # `rlsvr.train` sets it from the environment's length limits when the config leaves 0.
+  loss_scale_factor: float = 0.0
   # verl: adv_estimator; a name in `rlsvr.rl.advantages` (grpo, rloo, reinforce_plus_plus_baseline).
   advantage: str = "grpo"
   norm_adv_by_std: bool = True  # verl: norm_adv_by_std_in_grpo (the grpo estimator only)
@@ -76,9 +80,9 @@ class GRPOConfig:
         raise ValueError(f"{name}={getattr(self, name)!r} is not one of {known}")
     if self.kl_kind.rstrip("+") not in core.KL_KINDS:
       raise ValueError(f"kl_kind={self.kl_kind!r} is not one of {core.KL_KINDS}")
-    if self.loss_type == "dr_grpo" and self.loss_scale_factor <= 0:
-      raise ValueError("loss_type='dr_grpo' divides by the max completion length: set "
-                       "loss_scale_factor to it (TRL: max_completion_length)")
+    if self.loss_agg_mode == "seq-mean-token-sum-norm" and self.loss_scale_factor <= 0:
+      raise ValueError(f"{self.loss_type or self.agg_mode!r} divides by the max completion "
+                       "length: set loss_scale_factor to it (TRL: max_completion_length)")
     if self.loss_scale_factor < 0:
       raise ValueError(f"loss_scale_factor must be >= 0, got {self.loss_scale_factor}")
     if self.overlong_buffer < 0 or self.overlong_penalty_factor < 0:

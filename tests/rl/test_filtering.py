@@ -8,7 +8,7 @@ import pytest
 
 from rlsvr.data import bundled_corpus
 from rlsvr.rl.rollout import EpisodeBatch, Trajectory
-from rlsvr.envs.spy import SpyGame, SpyGameConfig
+from rlsvr.envs.spy import SpyGame, SpyGameConfig, mechanics
 from rlsvr.model.config import ModelConfig
 from rlsvr.rl import filtering
 from rlsvr.rl.batch import advantages_of, build_batch, rollout_metrics
@@ -38,7 +38,8 @@ def test_a_game_with_only_invalid_votes_gives_zero_advantages_and_zero_gradient(
 
   env = SpyGame(dataclasses.replace(CONFIG, baseline_order=order), ByteTokenizer())
   # Step 1 (decision) finds the spy, so every role's baseline moves away from 0.
-  env.play_episodes(DOCS[:2], policy(spy_finding_detector), np.random.default_rng(0), 1)
+  first = env.play_episodes(DOCS[:2], policy(spy_finding_detector), np.random.default_rng(0), 1)
+  env.finish_step(first.trajectories)
   assert all(abs(b) > 0 for b in env.baselines.values.values())
   # Step 2 (clue) trains the players on a game in which no vote was valid.
   played = env.play_episodes(DOCS[2:4], policy(invalid_detector), np.random.default_rng(1), 2)
@@ -142,3 +143,10 @@ def test_play_filtered_with_spy_games_and_a_scripted_sampler():
   for group in filtering.groups_of(out.rows).values():
     assert filtering.is_informative(group)
   assert rollout_metrics(out.played)["frac_reward_zero_std"] == 0.5
+  # Two rounds played, and the role baselines have not moved: they take in the step once,
+  # from the rows it trains, when the trainer calls finish_step.
+  assert env.baselines.values == {}
+  env.finish_step(out.rows)
+  expected = mechanics.RoleBaselines(CONFIG.baseline_momentum)
+  expected.update([t.reward for t in out.rows], [t.role for t in out.rows])
+  assert env.baselines.values == pytest.approx(expected.values)

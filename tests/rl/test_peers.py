@@ -46,9 +46,13 @@ def case_id(case):
 
 @pytest.mark.parametrize("case", PEERS["verl_policy"]["cases"], ids=case_id)
 def test_policy_losses_match_verl(case):
+  inputs = PEERS["verl_policy"]["inputs"][case["inputs"]]
+  # verl's seq-mean-token-sum-norm divides by its padded response length: these inputs' width.
+  width = np.asarray(inputs["mask"]).shape[-1]
   cfg = GRPOConfig(policy_loss=case["loss"], agg_mode=case["agg_mode"],
-                   clip_low=case["clip_low"], clip_high=case["clip_high"])
-  value, grad, metrics = ours(cfg, PEERS["verl_policy"]["inputs"][case["inputs"]])
+                   clip_low=case["clip_low"], clip_high=case["clip_high"],
+                   loss_scale_factor=float(width) * (case["agg_mode"] == "seq-mean-token-sum-norm"))
+  value, grad, metrics = ours(cfg, inputs)
   np.testing.assert_allclose(value, case["pg_loss"], rtol=2e-5, atol=1e-6)
   np.testing.assert_allclose(grad, case["grad"], rtol=2e-5, atol=1e-6)
   for k in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):

@@ -99,6 +99,8 @@ def test_shared_prompt_logprobs_match_whole_rows(params):
       params, *(shared[k] for k in keys))
   by_row = {r[1:3]: i for i, r in enumerate(rows_of(plain, 1))}
   for j, row in enumerate(rows_of(shared, 1)):
+    if row[1:3] not in by_row and not row[2]:
+      continue  # A padding row up to the row bucket: it reads its part's first prompt.
     i, n_c = by_row[row[1:3]], len(row[2])
     assert n_c == 0 or abs(float(logp[i, :n_c].mean())) > 0.5  # Real values, not zeros.
     np.testing.assert_allclose(logp_s[j, :n_c], logp[i, :n_c], atol=2e-5, rtol=0)

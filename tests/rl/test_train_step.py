@@ -78,7 +78,8 @@ def assert_trees_close(a, b, atol):
 
 # Every aggregation mode with the vanilla loss, and the other registered losses under TRL's
 # loss types (GSPO's sequence ratio is a per-row mean: it must survive one row per micro-batch).
-CONFIGS = {**{m: dataclasses.replace(BASE, agg_mode=m) for m in grpo.AGG_MODES},
+CONFIGS = {**{m: dataclasses.replace(BASE, agg_mode=m, loss_scale_factor=16.0 * (
+                  m == "seq-mean-token-sum-norm")) for m in grpo.AGG_MODES},
            "gspo": dataclasses.replace(BASE, policy_loss="gspo", loss_type="grpo",
                                        clip_low=0.1, clip_high=0.1),
            "cispo": dataclasses.replace(BASE, policy_loss="cispo", loss_type="dr_grpo",
@@ -200,15 +201,18 @@ def test_mesh_matches_single_device(params, batch):
     np.testing.assert_allclose(sharded_metrics[k], v, rtol=1e-4, atol=1e-6, err_msg=k)
 
 
-def test_grpo_learns_a_dense_verifiable_reward():
-  """Reward = fraction of completion tokens equal to TARGET: from chance (1/32) to >= 0.8."""
+@pytest.mark.parametrize("loss", [{}, {"loss_type": "dr_grpo", "loss_scale_factor": 8.0}],
+                         ids=["token-mean", "dr_grpo"])
+def test_grpo_learns_a_dense_verifiable_reward(loss):
+  """Reward = fraction of completion tokens equal to TARGET: from chance (1/32) to >= 0.8.
+  dr_grpo divides by the 8 new tokens every row may have (its max completion length)."""
   from rlsvr.model.config import ModelConfig
   from rlsvr.sampling import Sampler
 
   config = ModelConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_layers=2,
                        num_heads=4, num_kv_heads=2, head_dim=8, tie_word_embeddings=False)
   target, group_size, max_steps = 7, 8, 30
-  state = init_train_state(config, GRPOConfig(lr=1e-2, weight_decay=0.0),
+  state = init_train_state(config, GRPOConfig(lr=1e-2, weight_decay=0.0, **loss),
                            random_params(config, seed=1))
   sampler = Sampler(config, seed=0)
   rng = np.random.default_rng(0)
@@ -232,3 +236,31 @@ def test_grpo_learns_a_dense_verifiable_reward():
   assert means[0] < 0.1, means
   assert means[-1] >= 0.8, means
   assert train_step._cache_size() == compiled  # the state's signature is stable: one compile
+
+
+def test_row_counts_in_one_bucket_share_one_compiled_update():
+  """5 to 6 rows pad to 6, 7 to 8 to 8 (`row_bucket`): four row counts, two compiles; the
+  padding rows change nothing."""
+  from rlsvr.rl.batch import row_bucket
+
+  assert [row_bucket(n) for n in (1, 2, 3, 5, 7, 9, 13, 17, 25)] == [1, 2, 3, 6, 8, 12, 16, 24, 32]
+  assert row_bucket(9, 8) == 16 and row_bucket(24, 16) == 32
+  params = random_params()
+  cfg = dataclasses.replace(BASE, lr=1e-3)
+  rng = np.random.default_rng(3)
+  before = train_step._cache_size()
+  for n in (5, 6, 7, 8):
+    rows = [Trajectory(prompt_ids=rng.integers(1, 97, 5).tolist(),
+                       completion_ids=rng.integers(1, 97, 6).tolist(), logprobs=[-1.0] * 6,
+                       reward=float(k % 2), group_id=k // 2, role="policy") for k in range(n)]
+    batch = build_batch(rows, cfg, min_bucket=8)
+    assert batch["advantages_B"].shape == (row_bucket(n),)
+    padded, metrics = train_step(init_train_state(CONFIG, cfg, params), batch)
+    if n == 5:  # Its sixth row is padding: without it, the same update.
+      unpadded = {k: v[:5] for k, v in batch.items()}
+      first = (padded, metrics)
+  assert train_step._cache_size() - before == 2
+  exact, exact_metrics = train_step(init_train_state(CONFIG, cfg, params), unpadded)
+  assert_trees_close(first[0].params, exact.params, atol=1e-6)
+  for key in ("actor/pg_loss", "actor/kl", "actor/entropy"):
+    np.testing.assert_allclose(first[1][key], exact_metrics[key], rtol=1e-5, atol=1e-7)

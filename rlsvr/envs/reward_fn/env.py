@@ -73,7 +73,8 @@ class RewardFnEnv:
           logprobs=list(c.logprobs), reward=float(scores.total[k]),
           # An unscorable row is alone in its group, so it moves no group's baseline.
           group_id=len(items) + k if unscorable else k // g, role="policy",
-          trained=not unscorable, finish_reason=c.finish_reason))
+          trained=not unscorable, finish_reason=c.finish_reason,
+          max_new_tokens=cfg.max_new_tokens))
     records = [self._record(step, i, items[i], prompts[i], completions, texts, scores,
                             range(i * g, (i + 1) * g)) for i in range(len(items))]
     return EpisodeBatch(trajectories=rows, metrics=dict(scores.metrics),

@@ -102,6 +102,11 @@ class SelfJudgeExperiment(StreamExperiment):
                                   round_rng(self.c.seed, step, round_), step,
                                   judge_sample=judge_sample)
 
+  def release_weights(self) -> None:
+    """Drops the judge sampler's decode layout of its weights (the trainer calls this before
+    each update, which the planner sizes without any sampler's layout)."""
+    self.judge_sampler.release_weights()
+
   def evaluate(self, sample, policy_params):
     judge_params = policy_params if self.schedule.mode == "online" else self.judge_params
     calls = itertools.count()

@@ -63,6 +63,9 @@ class SpyExperiment(StreamExperiment):
     return self.env.play_episodes(self.items.next_step(), sample,
                                   round_rng(self.c.seed, step, round_), step)
 
+  def finish_step(self, trained) -> None:
+    self.env.finish_step(trained)
+
   def evaluate(self, sample, policy_params):
     del policy_params
     games = [self.heldout_docs[i % len(self.heldout_docs)] for i in range(self.c.heldout.size)]

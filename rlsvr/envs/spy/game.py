@@ -8,7 +8,9 @@ detectors of all games, who all judge the same game.
 Rewards: `Trajectory.reward` is the raw reward and `Trajectory.baseline` the
 role's EMA baseline (roles "spy", "civilian", "detector"), subtracted before
 group normalisation; by default the EMA from before this step, option
-`baseline_order="released"` the one updated with it (`mechanics.RoleBaselines`).
+`baseline_order="released"` the one updated with it (`mechanics.RoleBaselines`). The
+EMA takes in a step's rewards once, in `finish_step`, from the rows the step trains
+(the trainer calls it after dynamic sampling chose them).
 A group whose raw rewards are all equal gets advantage 0 whatever the
 baselines. `state_dict` holds the baselines for checkpoints.
 
@@ -22,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from rlsvr.envs.base import EpisodeBatch, SampleFn
+from rlsvr.envs.base import EpisodeBatch, SampleFn, Trajectory
 from rlsvr.envs.spy import mechanics, played, prompts, records, scripted
 from rlsvr.envs.spy.config import SpyGameConfig
 from rlsvr.model.tokenizer import encode_chat
@@ -218,8 +220,9 @@ class SpyGame:
         raw = mechanics.detection_reward(detector.vote, game.spy, cfg.detection_reward)
         rows.append(played.Row(game=game, source=detector, trajectory=trajectory, raw_reward=raw))
 
-    baselines = self.baselines.for_batch([r.raw_reward for r in rows],
-                                         [r.trajectory.role for r in rows])
+    # The EMA from before this step. It folds in once per step, from the rows the step
+    # trains (`finish_step`), however many rounds dynamic sampling plays (DESIGN.md).
+    baselines = self.baselines.current([r.trajectory.role for r in rows])
     for r in rows:
       r.trajectory.reward = r.raw_reward
       r.trajectory.baseline = baselines[r.trajectory.role]
@@ -237,6 +240,15 @@ class SpyGame:
         records=recs,
         labels={"phase": phase},
     )
+
+  def finish_step(self, trained: Sequence[Trajectory]) -> None:
+    """Folds the raw rewards of the rows the step trains into the role baselines, once per
+    step; with order `released` their baselines become the updated EMA (update first,
+    then subtract). The game records keep the EMA each game was played under."""
+    after = self.baselines.update([t.reward for t in trained], [t.role for t in trained])
+    if self.baselines.order == "released":
+      for t in trained:
+        t.baseline = after[t.role]
 
   def _play_games(self, items: Sequence[Any], sample: SampleFn,
                   rng: np.random.Generator) -> list[played.Game]:

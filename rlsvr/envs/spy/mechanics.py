@@ -309,6 +309,10 @@ class RoleBaselines:
       self.values[role] = self.momentum * old + (1.0 - self.momentum) * mean
     return dict(self.values)
 
+  def current(self, roles: Sequence[str]) -> dict[str, float]:
+    """The baseline of each role in `roles` before any batch of this step is folded in."""
+    return {role: self.values.get(role, 0.0) for role in roles}
+
   def for_batch(self, rewards: Sequence[float], roles: Sequence[str]) -> dict[str, float]:
     """The baseline of each role in `roles` for this batch (by `order`); folds it in."""
     before = {role: self.values.get(role, 0.0) for role in roles}

@@ -8,11 +8,13 @@ from rlsvr.metrics import read_jsonl
 
 
 def test_smoke_config_trains_two_steps(tmp_path):
+  """With DAPO's overlong shaping, which needs each row's length limit."""
   data = tmp_path / "problems.jsonl"  # Local rows: the test needs no shared data folder.
   data.write_text("".join(json.dumps({"question": f"What is {k} + {k}?", "answer": str(2 * k)})
                           + "\n" for k in range(8)))
   c = get_config("smoke")
   c.data.source = str(data)
+  c.grpo.overlong_buffer = c.reward_fn.max_new_tokens // 2
   workdir = str(tmp_path / "run")
   last = train.train(c, workdir)
 

@@ -31,10 +31,21 @@ def test_rlsr_delayed_judge_is_checkpointed_and_restored(tmp_path, monkeypatch):
     return built[-1]
 
   monkeypatch.setitem(registry._REGISTRY, "rlsr", dataclasses.replace(spec, build=spy_on_build))
+  # Every sampler's decode layout is dropped before each update, the judge's too.
+  from rlsvr import train_loop
+
+  real_step, layouts = train_loop.train_step, []
+
+  def update(state, batch):
+    layouts.append(dict(built[-1].judge_sampler._laid_out._by_placement))
+    return real_step(state, batch)
+
+  monkeypatch.setattr(train_loop, "train_step", update)
   workdir = str(tmp_path / "run")
   c = rlsr_smoke("delayed", steps=2)
   c.rlsr.judge_delay_steps = 2  # the copy at step 2 is the policy after step 1's update
   train.train(c, workdir)
+  assert layouts == [{}, {}]
   records = metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
   assert [r["step"] for r in records] == [1, 2]
   assert "self_judge/true_reward" in records[-1] and "self_judge/format_rate" in records[-1]

@@ -96,6 +96,8 @@ def test_rewards_baselines_and_phases():
   # Every detector found the spy: raw 1, spy raw -β·2, civilians β·2/3.
   raw = {"detector": 1.0, "spy": -0.2, "civilian": 0.2 / 3}
   baselines = {role: 0.1 * value for role, value in raw.items()}
+  assert env.state_dict()["baselines"] == {}  # Folded in once per step, by finish_step.
+  env.finish_step(rows)
   assert env.state_dict()["baselines"] == pytest.approx(baselines)
   for row in rows:  # Raw rewards; the first step's baselines are the EMAs before it: 0.
     assert row.reward == pytest.approx(raw[row.role]) and row.baseline == 0
