@@ -59,6 +59,9 @@ RETRY_DELAYS_S = (2.0, 8.0, 30.0)  # Before each new attempt at a read that may 
 _BAD_FILE_MARKS = ("data_loss", "not_found", "not found", "no such file", "out_of_range",
                    "invalid_argument", "corrupt", "truncat", "checksum", "decode",
                    "unexpected end", "expecting value", "unterminated", "missing")
+# ... and of a read that may pass (checked first: "deadline exceeded ... not found" passes).
+_PASSING_MARKS = ("resource_exhausted", "out of memory", "unavailable", "deadline_exceeded",
+                  "deadline exceeded", "timed out")
 _PASSING_ERRNOS = {errno.EIO, errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.ENOMEM,
                    errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED, errno.ENETDOWN,
                    errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ESTALE, errno.ENOLINK}
@@ -78,8 +81,7 @@ def files_are_bad(e: BaseException) -> bool:
   if isinstance(e, (FileNotFoundError, json.JSONDecodeError)):
     return True
   text = f"{type(e).__name__}: {e}".lower()
-  if any(mark in text for mark in ("resource_exhausted", "out of memory", "unavailable",
-                                   "deadline_exceeded", "deadline exceeded", "timed out")):
+  if any(mark in text for mark in _PASSING_MARKS):
     return False
   return any(mark in text for mark in _BAD_FILE_MARKS)
 
@@ -172,7 +174,6 @@ class Checkpointer:
               f"{attempt + 2} in {delay:g} s", file=sys.stderr, flush=True)
         time.sleep(delay)
         self.manager.reload()
-    raise AssertionError("unreachable")
 
   @property
   def unreadable_dir(self) -> str:

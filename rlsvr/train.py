@@ -53,19 +53,22 @@ def check_config(c) -> None:
   registry.get(c.env).check(c)
   grpo_config(c)
   if c.grpo.overlong_buffer > 0:  # DAPO's shaping penalises lengths past limit - buffer.
-    from rlsvr.plan_costs import Estimates  # noqa: PLC0415
-
-    for phase in registry.get(c.env).plan(c, Estimates()).phases:
-      if c.grpo.overlong_buffer >= phase.completion_tokens:
+    for name, limit in completion_limits(c).items():
+      if c.grpo.overlong_buffer >= limit:
         raise ValueError(f"bad config: grpo.overlong_buffer={c.grpo.overlong_buffer} must be "
-                         f"below the completion limit of phase {phase.name!r} "
-                         f"({phase.completion_tokens} tokens), or every completion is "
-                         "penalised")
+                         f"below the completion limit of phase {name!r} ({limit} tokens), "
+                         "or every completion is penalised")
+
+
+def completion_limits(c) -> dict[str, int]:
+  """The completion-token limit of each phase the environment trains (its `plan`)."""
+  from rlsvr.envs import registry  # noqa: PLC0415
+  from rlsvr.plan_costs import Estimates  # noqa: PLC0415
+
+  return {p.name: p.completion_tokens for p in registry.get(c.env).plan(c, Estimates()).phases}
 
 
 def grpo_config(c):
-  from rlsvr.envs import registry  # noqa: PLC0415
-  from rlsvr.plan_costs import Estimates  # noqa: PLC0415
   from rlsvr.rl import losses  # noqa: PLC0415
   from rlsvr.rl.config import GRPOConfig  # noqa: PLC0415
 
@@ -73,8 +76,7 @@ def grpo_config(c):
   mode = losses.LOSS_TYPES.get(grpo.get("loss_type") or "", grpo.get("agg_mode"))
   if mode == "seq-mean-token-sum-norm" and not grpo.get("loss_scale_factor"):
     # The longest completion the environment allows, as verl's fixed padding divides by.
-    phases = registry.get(c.env).plan(c, Estimates()).phases
-    grpo["loss_scale_factor"] = float(max(p.completion_tokens for p in phases))
+    grpo["loss_scale_factor"] = float(max(completion_limits(c).values()))
   # The update scores tokens under the distribution they were sampled from.
   temperature = c.sampling.temperature if c.sampling.temperature > 0 else 1.0
   try:
