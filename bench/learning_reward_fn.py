@@ -8,10 +8,13 @@ The config is `configs/rlvr_math.py:smoke` (a tiny random Qwen3, the generated
 word problems of `bundled:arithmetic`) with one reward function, `even_tokens` below: the share
 of a completion's token ids that are even. It is dense, so a policy that
 learns shows it within tens of steps; chance is ~0.5 and the maximum 1.
-Sampling at temperature 0.3 concentrates the random model on a few tokens per
+Sampling at temperature 0.15 concentrates the random model on a few tokens per
 context, among which it can learn to prefer even ones; lr 1e-2 because the
 random weights are far from any such preference (at 1e-3 the curve stays flat
-for 40 steps).
+for 40 steps). The temperature goes with the smoke model's width: at 16 wide its
+logits spread half as far as at 64, so 0.3 left it near uniform over 151936 tokens
+and flat for 30 steps (0.507 -> 0.511); 0.15 rises 0.491 -> 0.827 (first and last
+five of 30 steps, seed 0), as 0.3 did at 64 wide (0.506 -> 1.000).
 Everything else is the trainer's own path: sampling, reward function calls
 (TRL's convention), advantages, `train_step`, metrics.jsonl. Prints
 `reward/mean` per step and the means of the first and last five steps.
@@ -36,7 +39,7 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=30)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--lr", type=float, default=1e-2)
-  parser.add_argument("--temperature", type=float, default=0.3)
+  parser.add_argument("--temperature", type=float, default=0.15)
   args = parser.parse_args()
 
   from configs.rlvr_math import get_config
