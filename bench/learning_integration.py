@@ -34,7 +34,8 @@ import sympy
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from rlsvr.envs.self_judge import integration, workers  # noqa: E402
+from rlsvr import workers  # noqa: E402
+from rlsvr.envs.self_judge import integration  # noqa: E402
 from rlsvr.model.config import ModelConfig  # noqa: E402
 from rlsvr.rl.batch import build_batch  # noqa: E402
 from rlsvr.rl.rollout import Trajectory  # noqa: E402

@@ -14,7 +14,7 @@ factorial of a number of four or more digits or a nested power
 (`_HUGE_NUMBER`), or whose parsed expression has over `MAX_PARSED_NODES`
 nodes, is wrong without being compared. math-verify's own signal timeouts
 are off; comparisons run in killable worker processes
-(`envs.self_judge.workers.WorkerPool`) whose time limit is a safety net: a
+(`rlsvr.workers.WorkerPool`) whose time limit is a safety net: a
 comparison that hits it counts as wrong and is counted (`scoring_timeouts`).
 """
 from __future__ import annotations
@@ -116,7 +116,7 @@ def scoring_pool():
     if _POOL is None:
       import atexit  # noqa: PLC0415
 
-      from rlsvr.envs.self_judge import workers  # noqa: PLC0415
+      from rlsvr import workers  # noqa: PLC0415
 
       _POOL = workers.WorkerPool(num_workers=2, preload=("math_verify", __name__))
       atexit.register(_POOL.close)

@@ -152,7 +152,8 @@ class _Integration:
   """Integration Bee problems (parsed in workers), prompts, checks and gap candidates."""
 
   def __init__(self, ctx, name: str):
-    from rlsvr.envs.self_judge import integration, workers  # noqa: PLC0415
+    from rlsvr import workers  # noqa: PLC0415
+    from rlsvr.envs.self_judge import integration  # noqa: PLC0415
 
     c = ctx.c
     self.rows = {r["id"]: r for r in load_integration(name, c.data.get(name, ""), limit=c.limit)}

@@ -36,7 +36,7 @@ def smoke(config_module: str, workdir: pathlib.Path, **data_files):
 
 @pytest.fixture(scope="session")
 def pool():
-  from rlsvr.envs.self_judge import workers
+  from rlsvr import workers
 
   pool = workers.WorkerPool(num_workers=2, preload=("math_verify", "rlsvr.eval.math_suites"))
   yield pool

@@ -61,7 +61,7 @@ def test_score_multiple_choice_and_pass_at_1(pool):
 
 
 def test_scoring_timeouts_and_errors_count_as_wrong():
-  from rlsvr.envs.self_judge.workers import Outcome
+  from rlsvr.workers import Outcome
 
   class StuckPool:  # what a WorkerPool returns when it killed a comparison past its limit
     def map(self, fn, arg_tuples, timeout):

@@ -4,7 +4,7 @@ import time
 import pytest
 
 from rlsvr.data.math_datasets import MAX_ANSWER_CHARS
-from rlsvr.envs.self_judge.workers import Outcome
+from rlsvr.workers import Outcome
 from rlsvr.eval import math_suites
 from rlsvr.rewards import math as math_rewards
 from rlsvr.rewards.math import accuracy, format as format_reward, gold_answer

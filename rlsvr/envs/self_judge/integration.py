@@ -38,7 +38,8 @@ from typing import Any, Sequence
 import mpmath
 import sympy
 
-from rlsvr.envs.self_judge import numeric, primitive, quadrature, safe_math, tails, workers
+from rlsvr import workers
+from rlsvr.envs.self_judge import numeric, primitive, quadrature, safe_math, tails
 from rlsvr.envs.self_judge.quadrature import IntegralValue
 from rlsvr.envs.self_judge.latex import closed_forms, latex_to_sympy
 from rlsvr.envs.self_judge.tasks import Verdict

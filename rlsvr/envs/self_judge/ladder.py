@@ -25,7 +25,8 @@ from typing import Any, Sequence
 import sympy
 
 from rlsvr.envs.base import SampleFn
-from rlsvr.envs.self_judge import integration, safe_math, tasks, workers
+from rlsvr import workers
+from rlsvr.envs.self_judge import integration, safe_math, tasks
 from rlsvr.model.tokenizer import encode_chat
 
 SEEDS = ("x**2", "x**3 - x", "sin(x)", "cos(x)", "exp(x)", "1/x", "1/(1 + x**2)", "x*exp(x)",

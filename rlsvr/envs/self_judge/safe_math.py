@@ -12,7 +12,7 @@ never passes them to `eval`, `exec` or `sympify`:
   (latex2sympy2_extended) produced.
 
 Every SymPy step on untrusted input also runs under a wall-clock limit in a
-killable worker process (`rlsvr.envs.self_judge.workers`).
+killable worker process (`rlsvr.workers`).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from rlsvr.envs.self_judge import workers
+from rlsvr import workers
 
 # ../shared/data relative to the repository root.
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[3].parent / "shared" / "data"

@@ -1,4 +1,4 @@
-"""Tests for rlsvr.envs.self_judge.workers: time limits, crashes, memory, recovery."""
+"""Tests for rlsvr.workers: time limits, crashes, memory, recovery."""
 import math
 import os
 import time
@@ -6,7 +6,14 @@ import time
 import pytest
 import sympy
 
-from rlsvr.envs.self_judge.workers import Outcome, WorkerPool, default_pool
+from rlsvr.workers import Outcome, WorkerPool, default_pool
+
+
+@pytest.fixture(scope="module")
+def pool():
+  pool = WorkerPool(num_workers=2, preload=("sympy",))
+  yield pool
+  pool.close()
 
 
 def test_results_in_order(pool):
@@ -79,7 +86,7 @@ def test_a_task_past_its_limit_times_out_even_when_the_parent_reads_late(pool, m
   # Under load the parent can be descheduled between sending a task and waiting for it;
   # the result is then waiting when it looks, though the task ran past its limit.
   import multiprocessing.connection
-  from rlsvr.envs.self_judge import workers
+  from rlsvr import workers
 
   real_wait = multiprocessing.connection.wait
 

@@ -1,15 +1,18 @@
-"""Killable worker processes with a wall-clock limit per task, for SymPy work.
+"""Killable worker processes with a wall-clock limit per task.
 
-SymPy calls on untrusted input can hang (`simplify`, `integrate`, a huge
-`evalf`) or exhaust memory, and cannot be interrupted from another thread.
+SymPy calls on untrusted input (`simplify`, `integrate`, a huge `evalf`),
+math-verify comparisons and user reward functions can hang or exhaust memory,
+often inside C code that no signal or thread can interrupt, and a signal is
+no bound anyway where SIGINT is ignored (`nohup ... &`, `cmd &` in a script).
 `WorkerPool` runs them in separate processes: a task that runs past its limit
-is killed and reported as a timeout, so a hang costs at most the limit.
+is killed (SIGKILL) and reported as a timeout, so a hang costs at most the limit.
 
 Workers are forked from a "zygote": a fresh interpreter (started with
 `subprocess`, not forked from the parent, which may hold JAX threads) that
-imports SymPy and the preload modules once. Forking a warm zygote costs
-milliseconds, so a killed worker is replaced at once even on a loaded
-machine, where starting an interpreter and importing SymPy takes seconds.
+imports the preload modules once. Forking a warm zygote costs milliseconds,
+so a killed worker is replaced at once even on a loaded machine, where
+starting an interpreter and importing SymPy takes seconds. The zygote gets
+the parent's `sys.path`, so whatever the parent imports by name it can too.
 """
 from __future__ import annotations
 
@@ -74,9 +77,12 @@ def _serve(conn: multiprocessing.connection.Connection, memory_bytes: int) -> No
       conn.send(("error", None, f"unsendable result: {type(e).__name__}"))
 
 
-def _zygote(sock_fd: int, memory_bytes: int, preload: Sequence[str]) -> None:
-  """Zygote main: import `preload`, then fork one worker per socket received."""
+def _zygote(sock_fd: int, memory_bytes: int, preload: Sequence[str],
+            sys_path: Sequence[str] = ()) -> None:
+  """Zygote main: take the parent's `sys_path`, import `preload`, then fork one worker per
+  socket received."""
   import importlib  # pylint: disable=g-import-not-at-top
+  sys.path[:] = list(dict.fromkeys(list(sys_path) + sys.path))
   for module in preload:
     importlib.import_module(module)
   signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped automatically
@@ -120,19 +126,20 @@ class WorkerPool:
   a ready worker receives it. A task that runs past its limit, crashes its
   worker or exceeds the memory bound comes back as an `Outcome` with status
   "timeout" or "error", never as an exception; its worker is killed and a new
-  one forked from the zygote.
+  one forked from the zygote. `memory_bytes` bounds each worker's address space
+  (None: no bound).
   """
 
   def __init__(self, num_workers: int = 1, memory_bytes: int | None = 4 << 30,
                preload: Sequence[str] = ()):
     ours, theirs = socket.socketpair()
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join(
                    [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    code = (f"from {__name__} import _zygote; "
-            f"_zygote({theirs.fileno()}, {int(memory_bytes or 0)}, {list(preload)!r})")
+    sys_path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    code = (f"from {__name__} import _zygote; _zygote({theirs.fileno()}, "
+            f"{int(memory_bytes or 0)}, {list(preload)!r}, {sys_path!r})")
     self._zygote = subprocess.Popen([sys.executable, "-c", code], pass_fds=(theirs.fileno(),),
                                     stdin=subprocess.DEVNULL, env=env)
     theirs.close()
@@ -146,7 +153,7 @@ class WorkerPool:
     try:
       socket.send_fds(self._sock, [b"f"], [theirs.fileno()])
     except OSError as e:
-      raise RuntimeError("the SymPy worker zygote is gone; see its stderr") from e
+      raise RuntimeError("the worker zygote is gone; see its stderr") from e
     finally:
       theirs.close()
     return _Worker(multiprocessing.connection.Connection(ours.detach()))
@@ -198,7 +205,7 @@ class WorkerPool:
       message = worker.conn.recv()
     except (EOFError, OSError):  # the worker died: memory bound, crash
       if not worker.ready:
-        raise RuntimeError("a SymPy worker failed to start; see the zygote's stderr") from None
+        raise RuntimeError("a worker failed to start; see the zygote's stderr") from None
       message = _DIED
     if isinstance(message, str) and message.startswith("ready "):
       worker.pid, worker.ready = int(message.split()[1]), True
