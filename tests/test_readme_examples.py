@@ -74,7 +74,7 @@ def test_a_trl_style_reward_function_is_named_by_path(examples):
   c.reward_fn.reward_funcs = "rlsvr.rewards.math:format,my_rewards:brevity"
   c.reward_fn.reward_weights = "1.0,0.1"
   train.check_config(c)
-  rewards = RewardSet(["my_rewards:brevity"], [1.0])
+  rewards = RewardSet(["my_rewards:brevity"], [1.0], timeout_s=60)  # in a worker, as trained
   scores = rewards.score(prompts=["q", "q"], completions=["", "x" * 100],
                          completion_ids=[[], [1] * 100], columns={"answer": ["1", "2"]},
                          trainer_state=TrainerState(global_step=0, max_steps=1))

@@ -1,13 +1,13 @@
 """Reward functions named by import path, called with TRL 1.16's `GRPOTrainer` convention.
 
-Each function is called once per step, in the caller's thread (math-verify's
-own signal timeouts need the main thread, as in TRL), with keyword arguments:
+Each function is called once per step with keyword arguments:
 
-  prompts         one per completion: the prompt as sent (a string, or the chat
-                  messages list for conversational prompts)
-  completions     strings for plain-text prompts; for conversational prompts
-                  [{"role": "assistant", "content": text}] (TRL's form). The
-                  text starts with `answer_prefill` when one is set.
+  prompts         one per completion, in the dataset's form: a string for a string
+                  prompt (even when the chat template renders it for the policy), the
+                  chat messages for a conversational prompt
+  completions     in the same form (TRL's): strings for string prompts, and
+                  [{"role": "assistant", "content": text}] for conversational ones.
+                  The text starts with `answer_prefill` when one is set.
   completion_ids  the sampled ids (EOS included when one was produced)
   trainer_state   `TrainerState(global_step, max_steps)` (the fields of
                   transformers' TrainerState that reward schedules read)
@@ -17,29 +17,40 @@ own signal timeouts need the main thread, as in TRL), with keyword arguments:
   **columns       every other dataset column (all but prompt / completion /
                   completion_ids), as lists aligned with the completions
 
-and returns one reward per completion. As in TRL: None (or NaN) means "no
-reward from this function for this row": it is left out of the function's
-`rewards/<name>/mean|std` and adds 0 to the weighted sum; a row where every
-function returned None is unscorable: reported in `rewards/unscorable` and
-left out of training (TRL gives it advantage 0 and keeps it out of the group
-baseline). A function that raises fails the step with an error naming it,
-as does a wrong-length or non-numeric result: a silently zeroed reward would
-train on nothing.
+and returns (an `async def` function: its coroutine returns) one reward per
+completion: what TRL accepts (a list or tuple of
+floats, ints, bools, numpy scalars, 0-d torch tensors, or a 1-d numpy array
+or torch tensor). As in TRL: None (or NaN) means "no reward from this function
+for this row": it is left out of the function's `rewards/<name>/mean|std` and
+adds 0 to the weighted sum; a row where every function returned None is
+unscorable (`Scores.unscorable`, `rewards/unscorable`), and the environment
+keeps it out of every group's baseline (`reward_fn.unscorable`). A function that
+raises fails the step with an error naming it, as does a wrong-length,
+non-numeric or infinite result: a silently zeroed reward would train on nothing.
+
+With a time limit (`timeout_s` > 0) the functions run in a worker process
+(`rlsvr.workers.WorkerPool`) that is killed at the limit, so a hang is bounded
+in every launch mode (SIGINT ignored under `nohup ... &`) and inside C code (a
+regex, a solver). The worker lives for the run: module state and callable
+instances keep their state between steps until a limit kills it. Without a
+limit they run in the caller's thread.
 """
 from __future__ import annotations
 
-import _thread
+import asyncio
 import dataclasses
 import functools
 import importlib
+import inspect
 import math
 import numbers
-import threading
-import time
+import traceback
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from rlsvr import workers
 # Keyword arguments the environment passes itself; a dataset column may not shadow them.
 RESERVED = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 # Columns TRL does not pass on (the prompt travels as `prompts`).
@@ -100,7 +111,7 @@ class Scores:
 
 
 class RewardSet:
-  """The configured reward functions with their weights."""
+  """The configured reward functions with their weights (and, with a limit, their worker)."""
 
   def __init__(self, paths: Sequence[str], weights: Sequence[float], timeout_s: float = 0.0):
     self.paths = list(paths)
@@ -108,11 +119,26 @@ class RewardSet:
     self.names = [callable_name(f) for f in self.funcs]
     self.weights = np.asarray(weights, np.float64)
     self.timeout_s = timeout_s
+    self._pool: workers.WorkerPool | None = None
     if len(self.weights) != len(self.funcs):
       raise ValueError(f"{len(self.weights)} reward weights for {len(self.funcs)} functions")
     dupes = sorted({n for n in self.names if self.names.count(n) > 1})
-    if dupes:  # Their rewards/<name>/mean metrics would collide.
+    if dupes:  # Their rewards/<name>/mean metrics would collapse into one.
       raise ValueError(f"two reward functions are named {dupes}: {self.paths}")
+
+  def start(self) -> None:
+    """Starts the worker now (it imports the functions' modules while the caller goes on);
+    `score` starts it otherwise. Nothing to start without a time limit."""
+    if self.timeout_s > 0 and self._pool is None:
+      modules = [_module_of(p) for p in self.paths]
+      self._pool = workers.WorkerPool(num_workers=1, memory_bytes=None,
+                                      preload=(__name__, *dict.fromkeys(modules)))
+      self._closer = weakref.finalize(self, self._pool.close)  # at exit or when dropped
+
+  def close(self) -> None:
+    if self._pool is not None:
+      self._closer()
+      self._pool = None
 
   def score(self, *, prompts: Sequence[Any], completions: Sequence[Any],
             completion_ids: Sequence[Sequence[int]], columns: dict[str, list[Any]],
@@ -121,29 +147,19 @@ class RewardSet:
     clash = sorted(set(columns) & set(RESERVED))
     if clash:
       raise ValueError(f"dataset columns {clash} shadow reward-function arguments; rename them")
+    kwargs = dict(columns, prompts=list(prompts), completions=list(completions),
+                  completion_ids=[[int(t) for t in ids] for ids in completion_ids],
+                  trainer_state=trainer_state)
     logged: dict[str, list[float]] = {}
     extra: list[dict[str, Any]] = [{} for _ in range(n)]
-
-    def log_metric(name: str, value: float) -> None:
-      logged.setdefault(name, []).append(float(value))
-
-    def log_extra(column: str, values: Sequence[Any]) -> None:
-      for row, value in zip(extra, values):
-        row[column] = value
-
-    kwargs = dict(columns, prompts=list(prompts), completions=list(completions),
-                  completion_ids=[list(ids) for ids in completion_ids],
-                  trainer_state=trainer_state, log_extra=log_extra, log_metric=log_metric)
     per_func = np.full((n, len(self.funcs)), np.nan)
     for j, (fn, path) in enumerate(zip(self.funcs, self.paths)):
-      try:
-        out = _call_with_deadline(fn, kwargs, self.timeout_s, path)
-      except RewardFunctionError:
-        raise
-      except Exception as e:
-        raise RewardFunctionError(f"reward function {path!r} raised {type(e).__name__}: "
-                                  f"{e}") from e
-      per_func[:, j] = _as_rewards(out, n, path)
+      rewards, fn_logged, fn_extra = self._call(fn, path, kwargs, n)
+      per_func[:, j] = rewards
+      for name, values in fn_logged.items():
+        logged.setdefault(name, []).extend(values)
+      for row, columns_of_row in zip(extra, fn_extra):
+        row.update(columns_of_row)
     unscorable = np.isnan(per_func).all(axis=1)
     total = np.nansum(per_func * self.weights[None, :], axis=1)
     metrics = {"rewards/unscorable": float(unscorable.sum())}
@@ -155,8 +171,76 @@ class RewardSet:
     metrics.update({k: float(np.mean(v)) for k, v in logged.items()})  # TRL averages them
     return Scores(self.names, per_func, total, unscorable, metrics, extra)
 
+  def _call(self, fn: Callable[..., Any], path: str, kwargs: dict[str, Any],
+            n: int) -> tuple[list[float], dict[str, list[float]], list[dict[str, Any]]]:
+    if self.timeout_s <= 0:
+      reply = _call_one(fn, path, kwargs, n)
+    else:
+      self.start()
+      outcome = self._pool.run(_call_by_path, path, kwargs, n, timeout=self.timeout_s)
+      if outcome.status == "timeout":
+        raise RewardFunctionError(
+            f"reward function {path!r} did not return within {self.timeout_s:g} s "
+            "(reward_fn.reward_timeout_s); its worker process was killed")
+      if not outcome.ok:
+        raise RewardFunctionError(f"reward function {path!r}: its worker process failed "
+                                  f"({outcome.error}); a crash, or an unpicklable result")
+      reply = outcome.value
+    if reply[0] != "ok":
+      raise RewardFunctionError(reply[1])
+    return reply[1], reply[2], reply[3]
+
+
+def _module_of(path: str) -> str:
+  module, sep, _ = path.partition(":")
+  return module if sep else path.rpartition(".")[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _resolved(path: str) -> Callable[..., Any]:
+  return resolve(path)  # Once per worker: a callable instance keeps its state across steps.
+
+
+def _call_by_path(path: str, kwargs: dict[str, Any], n: int) -> tuple:
+  """`_call_one` of the function at `path` (runs in the worker)."""
+  return _call_one(_resolved(path), path, kwargs, n)
+
+
+def _call_one(fn: Callable[..., Any], path: str, kwargs: dict[str, Any], n: int) -> tuple:
+  """("ok", rewards, logged metrics, extra columns per row), or ("error", message): plain
+  values that cross a process boundary (a torch tensor result becomes floats here)."""
+  logged: dict[str, list[float]] = {}
+  extra: list[dict[str, Any]] = [{} for _ in range(n)]
+
+  def log_metric(name: str, value: float) -> None:
+    logged.setdefault(name, []).append(float(value))
+
+  def log_extra(column: str, values: Sequence[Any]) -> None:
+    for row, value in zip(extra, values):
+      row[column] = value
+
+  try:
+    out = fn(**kwargs, log_extra=log_extra, log_metric=log_metric)
+    if inspect.isawaitable(out):  # An `async def` reward function (TRL runs those too).
+      out = asyncio.run(_awaited(out))
+  except Exception as e:  # noqa: BLE001  -- reported as a failed step naming the function
+    where = "".join(traceback.format_exception(e)[-6:]).rstrip()
+    return ("error", f"reward function {path!r} raised {type(e).__name__}: {e}\n{where}")
+  try:
+    return ("ok", _as_rewards(out, n, path), logged, extra)
+  except RewardFunctionError as e:
+    return ("error", str(e))
+
+
+async def _awaited(awaitable: Any) -> Any:
+  return await awaitable
+
 
 def _as_rewards(out: Any, n: int, path: str) -> list[float]:
+  """`out` as n floats (NaN for None/NaN); RewardFunctionError for what TRL would not take."""
+  if isinstance(out, (str, bytes, dict)) or getattr(out, "ndim", 1) != 1:
+    raise RewardFunctionError(f"reward function {path!r} returned {_shown(out)}, not one "
+                              "reward per completion")
   try:
     values = list(out)
   except TypeError:
@@ -167,57 +251,26 @@ def _as_rewards(out: Any, n: int, path: str) -> list[float]:
                               f"{n} completions (one per completion expected)")
   rewards = []
   for k, v in enumerate(values):
-    if v is None:
-      rewards.append(math.nan)
-    elif isinstance(v, numbers.Real) and not math.isinf(v):
-      rewards.append(float(v))
-    else:
-      raise RewardFunctionError(f"reward function {path!r} returned {v!r} for completion {k}; "
-                                "rewards are finite numbers or None")
+    reward = _as_reward(v)
+    if reward is None or math.isinf(reward):
+      raise RewardFunctionError(f"reward function {path!r} returned {_shown(v)} for completion "
+                                f"{k}; rewards are finite numbers, bools or None")
+    rewards.append(reward)
   return rewards
 
 
-def _call_with_deadline(fn: Callable[..., Any], kwargs: dict[str, Any], seconds: float,
-                        what: str) -> Any:
-  """`fn(**kwargs)`, interrupted after `seconds` with RewardFunctionError (0: no limit).
+def _as_reward(v: Any) -> float | None:
+  """One reward as a float (None/NaN -> NaN), or None when `v` is not a real number."""
+  if v is None:
+    return math.nan
+  if isinstance(v, (numbers.Real, np.bool_)):  # bool, int, float, numpy scalars
+    return float(v)
+  if getattr(v, "ndim", None) == 0 and hasattr(v, "item"):  # 0-d torch tensor or numpy array
+    item = v.item()
+    return float(item) if isinstance(item, (numbers.Real, np.bool_)) else None
+  return None
 
-  The call stays in the caller's thread (see the module docstring), so the limit
-  is a watchdog thread that interrupts the main thread (`_thread.interrupt_main`,
-  the KeyboardInterrupt of Ctrl-C). It applies in the main thread only: elsewhere
-  the call runs unbounded. A KeyboardInterrupt that the watchdog did not send
-  (a real Ctrl-C) passes through.
-  """
-  if seconds <= 0 or threading.current_thread() is not threading.main_thread():
-    return fn(**kwargs)
-  lock, fired, done = threading.Lock(), threading.Event(), threading.Event()
 
-  def fire():
-    with lock:  # Never interrupt after the call returned (done is set under the lock).
-      if not done.is_set():
-        fired.set()
-        _thread.interrupt_main()
-
-  timer = threading.Timer(seconds, fire)
-  timer.daemon = True
-  message = f"reward function {what!r} did not return within {seconds:g} s " \
-            "(reward_fn.reward_timeout_s)"
-  try:
-    timer.start()
-    try:
-      out = fn(**kwargs)
-    finally:
-      with lock:
-        done.set()
-      timer.cancel()
-    if fired.is_set():
-      # The deadline passed while `fn` ran, and `fn` swallowed the interrupt, or the
-      # interrupt is still on its way: let it arrive here rather than in the caller.
-      end = time.monotonic() + 1.0
-      while time.monotonic() < end:
-        time.sleep(0.01)
-      raise RewardFunctionError(message)
-    return out
-  except KeyboardInterrupt:
-    if fired.is_set():
-      raise RewardFunctionError(message) from None
-    raise
+def _shown(v: Any) -> str:
+  text = repr(v)
+  return text if len(text) <= 80 else f"a {type(v).__name__} ({text[:60]}...)"

@@ -20,6 +20,11 @@ def none_for_odd(completions, completion_ids, **kwargs):
   return [None if k % 2 else 1.0 for k in range(len(completion_ids))]
 
 
+def length_or_none_odd(completions, **kwargs):
+  """Length in characters for even rows, None (no reward) for odd ones."""
+  return [None if k % 2 else float(len(c)) for k, c in enumerate(completions)]
+
+
 def always_none(completions, **kwargs):
   return [None] * len(completions)
 
@@ -42,6 +47,43 @@ def not_numbers(completions, **kwargs):
   return ["yes"] * len(completions)
 
 
+def infinite(completions, **kwargs):
+  return [1.0, float("inf")] + [0.0] * (len(completions) - 2)
+
+
+def a_string(completions, **kwargs):
+  return "ok"
+
+
+# The values TRL accepts; each gives [1, 0, 0.5, None] for four completions.
+def bools(completions, **kwargs):
+  return [True, False, 0.5, None]
+
+
+def numpy_values(completions, **kwargs):
+  import numpy as np  # noqa: PLC0415
+  return [np.bool_(True), np.int64(0), np.float32(0.5), np.nan]
+
+
+def numpy_array(completions, **kwargs):
+  import numpy as np  # noqa: PLC0415
+  return np.array([1.0, 0.0, 0.5, np.nan])
+
+
+def torch_tensor(completions, **kwargs):
+  import torch  # noqa: PLC0415
+  return torch.tensor([1.0, 0.0, 0.5, float("nan")])
+
+
+def torch_scalars(completions, **kwargs):
+  import torch  # noqa: PLC0415
+  return [torch.tensor(True), torch.tensor(0), torch.tensor(0.5), None]
+
+
+def a_tuple(completions, **kwargs):
+  return (1, 0, 0.5, None)
+
+
 def hangs(completions, **kwargs):
   while True:
     time.sleep(0.02)
@@ -54,6 +96,27 @@ def swallows_interrupt(completions, **kwargs):
       time.sleep(0.02)
   except KeyboardInterrupt:
     return [1.0] * len(completions)
+
+
+def hangs_in_c(completions, **kwargs):
+  """Catastrophic backtracking: hours inside the regex engine, deaf to signals."""
+  import re  # noqa: PLC0415
+  re.match(r"(a+)+$", "a" * 40 + "b")
+  return [1.0] * len(completions)
+
+
+def crashes(completions, **kwargs):
+  import os  # noqa: PLC0415
+  os._exit(3)
+
+
+_COUNT = [0]
+
+
+def counter(completions, **kwargs):
+  """Module state that lasts between calls: 1, 2, 3, ..."""
+  _COUNT[0] += 1
+  return [float(_COUNT[0])] * len(completions)
 
 
 class Scorer:
