@@ -1,4 +1,5 @@
-"""Shapes the benchmarks share."""
+"""Shapes and helpers the benchmarks share."""
+import ast
 
 # The issue's tiny random Qwen3 (case (a) of bench/sampler.py), as transformers config
 # kwargs: `AutoConfig.for_model("qwen3", **TINY_QWEN3)` or
@@ -6,3 +7,17 @@
 TINY_QWEN3 = dict(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
                   tie_word_embeddings=True, max_position_embeddings=4096)
+
+
+def set_key(c, assignment: str) -> None:
+  """`--set key=value` on a config: dotted key, a Python literal or else a string."""
+  key, _, raw = assignment.partition("=")
+  *path, last = key.split(".")
+  node = c
+  for part in path:
+    node = node[part]
+  try:
+    value = ast.literal_eval(raw)
+  except (ValueError, SyntaxError):
+    value = raw
+  node[last] = value

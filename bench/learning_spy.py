@@ -19,7 +19,6 @@ reused, so a rerun only reports (`--fresh` trains again).
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import shutil
@@ -31,25 +30,13 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from common import set_key  # noqa: E402
 from spy_ceiling import load_config  # noqa: E402
 
 HELDOUT_KEYS = ("detect_acc", "ceiling/best_per_game", "ceiling/mask_chars",
                 "ceiling/missed_consensus", "ceiling/least_recall", "vote_share_spy",
                 "vote_share_civilian", "abstain_rate", "recall/civilian", "recall/spy",
                 "plain_recall")
-
-
-def set_key(c, assignment: str) -> None:
-  key, _, raw = assignment.partition("=")
-  *path, last = key.split(".")
-  node = c
-  for part in path:
-    node = node[part]
-  try:
-    value = ast.literal_eval(raw)
-  except (ValueError, SyntaxError):
-    value = raw
-  node[last] = value
 
 
 def train_seed(spec: str, seed: int, sets: list[str], workdir: str, fresh: bool) -> float:

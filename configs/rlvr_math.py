@@ -56,15 +56,20 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   # Text every reply starts with (the model continues it); reward functions see it as the
   # start of the completion. "" : none.
   c.reward_fn.answer_prefill = ""
-  # True: string prompts become one user message through the chat template (reward
-  # functions get chat messages); False: raw text (TRL's "standard" format, completions are
-  # strings). Message-list prompts always use the template.
+  # True: the policy reads string prompts as one user message through the chat template;
+  # False: as raw text. Either way reward functions get the dataset's form (TRL's): strings
+  # for string prompts, chat messages for message-list prompts (always templated).
   c.reward_fn.use_chat_template = True
   # Comma-separated `module:function` (or `module.function`) reward functions.
   c.reward_fn.reward_funcs = "rlsvr.rewards.math:accuracy,rlsvr.rewards.math:format"
   c.reward_fn.reward_weights = "1.0,0.1"  # One per function; "" : all 1.
-  # Safety net per reward-function call: past it the step fails naming the function (0: off).
+  # Safety net per reward-function call: the functions run in a worker process that is
+  # killed past it, and the step fails naming the function (0: no limit, no worker; the
+  # functions run in the trainer's thread).
   c.reward_fn.reward_timeout_s = 600.0
+  # Rows every reward function returned None for: "zero_advantage" (TRL 1.16) trains them
+  # with advantage 0, out of every group's baseline; "drop" leaves them out of the update.
+  c.reward_fn.unscorable = "zero_advantage"
   # A math suite, bundled:arithmetic, hub:<name>[:config] or a local file (envs/reward_fn/data.py).
   c.data.source = "hub:openai/gsm8k:main"
   c.data.split = "train"

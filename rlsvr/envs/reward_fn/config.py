@@ -5,6 +5,10 @@ import dataclasses
 from typing import Any, Mapping
 
 
+# What becomes of a row every reward function returned None for (configs/rlvr_math.py).
+UNSCORABLE = ("zero_advantage", "drop")
+
+
 @dataclasses.dataclass(frozen=True)
 class RewardFnConfig:
   """`c.reward_fn`, checked; see configs/rlvr_math.py for every key's meaning."""
@@ -20,6 +24,7 @@ class RewardFnConfig:
   use_chat_template: bool = True
   reward_weights: str = ""
   reward_timeout_s: float = 600.0
+  unscorable: str = "zero_advantage"
   sampling: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
@@ -33,6 +38,8 @@ class RewardFnConfig:
                        "no system turn)")
     if self.reward_timeout_s < 0:
       raise ValueError(f"reward_timeout_s={self.reward_timeout_s} must be >= 0 (0: no limit)")
+    if self.unscorable not in UNSCORABLE:
+      raise ValueError(f"unscorable={self.unscorable!r}: use one of {UNSCORABLE}")
     paths, weights = self.paths(), self.weights()
     if not paths:
       raise ValueError("reward_funcs is empty: name at least one 'module:function'")

@@ -104,8 +104,9 @@ class Prompts:
                      if cfg.answer_prefill else [])
 
   def prompt(self, row: Mapping[str, Any]) -> str | list[dict[str, Any]]:
-    """The row's prompt with the instruction and system prompt: plain text when it is a
-    string and `use_chat_template` is off, else a list of chat messages."""
+    """The row's prompt with the instruction, in the dataset's form (TRL's): a string stays a
+    string (the chat template, when on, wraps it only for the policy: `encode`), chat
+    messages stay messages, with the system prompt first."""
     cfg = self.cfg
     if cfg.prompt_field not in row:
       raise ValueError(f"a data row has no column {cfg.prompt_field!r} (reward_fn.prompt_field); "
@@ -113,25 +114,28 @@ class Prompts:
     value = row[cfg.prompt_field]
     suffix = f"\n\n{cfg.instruction}" if cfg.instruction else ""
     if isinstance(value, str):
-      if not cfg.use_chat_template:
-        return value + suffix
-      messages = [{"role": "user", "content": value + suffix}]
-    elif isinstance(value, Sequence) and all(isinstance(m, Mapping) for m in value) and value:
-      messages = [dict(m) for m in value]
-      users = [k for k, m in enumerate(messages) if m.get("role") == "user"]
-      if suffix and users:
-        messages[users[-1]]["content"] = str(messages[users[-1]]["content"]) + suffix
-    else:
+      return value + suffix
+    if not (isinstance(value, Sequence) and value and all(isinstance(m, Mapping) for m in value)):
       raise ValueError(f"prompt column {cfg.prompt_field!r} holds a {type(value).__name__}; "
                        "expected a string or a list of chat messages")
-    if cfg.system_prompt and messages[0].get("role") != "system":
-      messages.insert(0, {"role": "system", "content": cfg.system_prompt})
+    messages = [dict(m) for m in value]
+    users = [k for k, m in enumerate(messages) if m.get("role") == "user"]
+    if suffix and users:
+      messages[users[-1]]["content"] = str(messages[users[-1]]["content"]) + suffix
+    return self._with_system(messages)
+
+  def _with_system(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if self.cfg.system_prompt and messages[0].get("role") != "system":
+      return [{"role": "system", "content": self.cfg.system_prompt}] + messages
     return messages
 
   def encode(self, prompt: str | list[dict[str, Any]]) -> list[int]:
-    """Prompt ids: plain text as it is, messages through the chat template; then the prefill."""
-    if isinstance(prompt, str):
+    """The ids the policy reads: a string as it is, or as the user turn of a chat when
+    `use_chat_template` is on; messages through the chat template; then the prefill."""
+    if isinstance(prompt, str) and not self.cfg.use_chat_template:
       ids = self.tokenizer.encode(prompt)
     else:
-      ids = encode_chat(self.tokenizer, prompt, chat_template_kwargs=self.chat_template_kwargs)
+      messages = (self._with_system([{"role": "user", "content": prompt}])
+                  if isinstance(prompt, str) else prompt)
+      ids = encode_chat(self.tokenizer, messages, chat_template_kwargs=self.chat_template_kwargs)
     return [int(t) for t in ids] + self._prefill

@@ -4,9 +4,12 @@ Per step: one policy call samples every prompt `group_size` times (one GRPO
 group per prompt, group id = the prompt's index in the batch); the reward
 functions score all completions at once (`rlsvr.rewards.calling.RewardSet`, TRL's
 convention); the reward of a completion is the weighted sum of its functions'
-rewards. Unscorable rows (every function said None) are played but not
-trained, each in a group of its own; a step where every row is unscorable
-fails (it would have nothing to train on).
+rewards. An unscorable row (every function said None) is in a group of its own,
+so it moves no baseline: with `unscorable = "zero_advantage"` (TRL 1.16's
+behaviour) it is trained with advantage 0 (its tokens count in the loss
+normaliser, its KL term applies; its reward counts as 0 in `reward/mean`), with
+"drop" it is played but not trained. A step where every row is unscorable
+fails (it would have nothing to learn from).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ class RewardFnEnv:
     self.config = config
     self.tokenizer = tokenizer
     self.rewards = RewardSet(config.paths(), config.weights(), config.reward_timeout_s)
+    self.rewards.start()  # The worker imports the functions' modules while the model loads.
     self.prompts = data.Prompts(config, tokenizer, chat_template_kwargs)
     self.max_steps = max_steps
 
@@ -73,7 +77,7 @@ class RewardFnEnv:
           logprobs=list(c.logprobs), reward=float(scores.total[k]),
           # An unscorable row is alone in its group, so it moves no group's baseline.
           group_id=len(items) + k if unscorable else k // g, role="policy",
-          trained=not unscorable, finish_reason=c.finish_reason,
+          trained=not (unscorable and cfg.unscorable == "drop"), finish_reason=c.finish_reason,
           max_new_tokens=cfg.max_new_tokens))
     records = [self._record(step, i, items[i], prompts[i], completions, texts, scores,
                             range(i * g, (i + 1) * g)) for i in range(len(items))]

@@ -56,10 +56,13 @@ def test_missing_local_file_says_so(tmp_path):
     data.load_rows(_config(str(tmp_path / "absent.jsonl")))
 
 
-def test_string_prompts_become_a_user_message_with_instruction_and_system():
+def test_string_prompts_stay_strings_and_the_policy_reads_them_as_a_chat():
+  # TRL's form: reward functions see the dataset's string; only the policy's ids are a chat
+  # (system turn, then the prompt with its instruction as the user turn).
   p = _prompts(prompt_field="q", instruction="Box it.", system_prompt="Be brief.")
-  assert p.prompt({"q": "1+1?"}) == [{"role": "system", "content": "Be brief."},
-                                     {"role": "user", "content": "1+1?\n\nBox it."}]
+  prompt = p.prompt({"q": "1+1?"})
+  assert prompt == "1+1?\n\nBox it."
+  assert p.encode(prompt) == [USER, *b"Be brief.", USER, *b"1+1?\n\nBox it.", ASSISTANT]
 
 
 def test_without_the_chat_template_string_prompts_stay_text():
@@ -67,6 +70,13 @@ def test_without_the_chat_template_string_prompts_stay_text():
   prompt = p.prompt({"q": "1+1?"})
   assert prompt == "1+1?\n\nBox it."
   assert p.encode(prompt) == list(b"1+1?\n\nBox it.")
+
+
+def test_message_prompts_get_the_system_turn_first():
+  p = _prompts(prompt_field="messages", instruction="", system_prompt="Be brief.")
+  row = {"messages": [{"role": "user", "content": "hi"}]}
+  assert p.prompt(row) == [{"role": "system", "content": "Be brief."},
+                           {"role": "user", "content": "hi"}]
 
 
 def test_message_prompts_get_the_instruction_on_the_last_user_turn():

@@ -11,7 +11,9 @@ from rlsvr.envs.reward_fn.config import RewardFnConfig
 from rlsvr.envs.reward_fn.env import RewardFnEnv
 from rlsvr.rewards.calling import RewardFunctionError
 from tests.rewards import funcs
-from tests.envs.spy.fakes import EOS, ByteTokenizer
+from rlsvr.rl import batch as batch_lib
+from rlsvr.rl.config import GRPOConfig
+from tests.envs.spy.fakes import EOS, USER, ByteTokenizer
 
 ROWS = [{"q": "What is 9 + 9?", "answer": "18", "id": "a"},
         {"q": "What is 2 + 3?", "answer": "5", "id": "b"}]
@@ -38,12 +40,12 @@ def _config(**reward_fn):
   return c
 
 
-def _play(replies, step=3, **reward_fn):
+def _play(replies, step=3, rows=ROWS, **reward_fn):
   c = _config(**reward_fn)
   tokenizer = ByteTokenizer()
   env = RewardFnEnv(RewardFnConfig.from_config(c), tokenizer, max_steps=c.steps)
   policy = FakePolicy(tokenizer, replies)
-  return env.play_episodes(ROWS, policy, None, step), policy, c
+  return env.play_episodes(rows, policy, None, step), policy, c
 
 
 def test_a_step_makes_one_group_per_prompt_with_weighted_math_rewards():
@@ -71,7 +73,7 @@ def test_records_hold_prompt_completions_rewards_and_gold():
   assert len(batch.records) == 2
   rec = json.loads(json.dumps(batch.records[1]))  # JSON as the rollout writer stores it
   assert rec["step"] == 3 and rec["prompt_index"] == 1
-  assert rec["prompt"][-1]["content"].startswith("What is 2 + 3?\n\nPlease reason")
+  assert rec["prompt"].startswith("What is 2 + 3?\n\nPlease reason")
   assert rec["columns"] == {"answer": "5", "id": "b"}
   assert [a["text"] for a in rec["completions"]] == ["\\boxed{18}", "\\boxed{5}", "no box"]
   assert rec["completions"][1]["rewards"] == {"accuracy": 1.0, "format": 1.0}
@@ -81,21 +83,30 @@ def test_records_hold_prompt_completions_rewards_and_gold():
 
 
 @pytest.mark.parametrize("chat", [True, False])
-def test_reward_functions_see_messages_or_text_as_trl_would(chat):
+def test_string_prompts_give_string_completions_as_in_trl(chat):
+  # TRL: a string prompt gives string completions; the chat template (when on) is only how
+  # the policy reads the prompt. The call is in this process (no time limit) to record it.
   funcs.CALLS.clear()
-  _play(["hello"], reward_funcs="tests.rewards.funcs:trl_style", reward_weights="",
-        use_chat_template=chat, step=5)
+  _, policy, _ = _play(["hello"], reward_funcs="tests.rewards.funcs:trl_style",
+                       reward_weights="", use_chat_template=chat, step=5, reward_timeout_s=0)
   (call,) = funcs.CALLS
-  if chat:
-    assert call["prompts"][0][-1]["role"] == "user"
-    assert call["completions"][0] == [{"role": "assistant", "content": "hello"}]
-  else:
-    assert call["prompts"][0].startswith("What is 9 + 9?")
-    assert call["completions"][0] == "hello"
+  assert call["prompts"][0].startswith("What is 9 + 9?")
+  assert call["completions"][0] == "hello"
+  assert (policy.calls[0][0][0][0] == USER) == chat
   assert call["answer"] == ["18"] * 3 + ["5"] * 3 and call["id"] == ["a"] * 3 + ["b"] * 3
   assert "q" in call  # the prompt column is a column too (TRL drops only "prompt")
   assert call["completion_ids"][0] == [*b"hello", EOS]
   assert call["trainer_state"].global_step == 4
+
+
+def test_message_prompts_give_message_completions_as_in_trl():
+  funcs.CALLS.clear()
+  rows = [dict(row, q=[{"role": "user", "content": row["q"]}]) for row in ROWS]
+  _play(["hello"], rows=rows, reward_funcs="tests.rewards.funcs:trl_style", reward_weights="",
+        reward_timeout_s=0)
+  (call,) = funcs.CALLS
+  assert call["prompts"][0][-1]["role"] == "user"
+  assert call["completions"][0] == [{"role": "assistant", "content": "hello"}]
 
 
 def test_the_prefill_starts_every_completion_text_but_not_its_ids():
@@ -106,13 +117,19 @@ def test_the_prefill_starts_every_completion_text_but_not_its_ids():
   assert batch.trajectories[0].reward == pytest.approx(1.1)
 
 
-def test_unscorable_rows_are_played_but_not_trained():
-  batch, _, _ = _play(["x"], reward_funcs="tests.rewards.funcs:none_for_odd",
-                      reward_weights="")
+@pytest.mark.parametrize("mode", ["zero_advantage", "drop"])
+def test_unscorable_rows_move_no_baseline_and_train_with_advantage_zero_or_not(mode):
+  batch, _, _ = _play(["x", "xx", "xxx"], reward_funcs="tests.rewards.funcs:length_or_none_odd",
+                      reward_weights="", unscorable=mode)
   rows = batch.trajectories
-  assert [t.trained for t in rows] == [True, False, True, False, True, False]
-  # Each alone in a group, so none moves its prompt's baseline.
+  odd = [k % 2 == 1 for k in range(6)]
+  assert [t.trained for t in rows] == [not o or mode == "zero_advantage" for o in odd]
+  # Each alone in a group (TRL: NaN, out of the group's mean and std), so its advantage is 0
+  # and prompt 0's scorable rows (rewards 1 and 3) are centred on their own mean, 2.
   assert [t.group_id for t in rows] == [0, 3, 0, 5, 1, 7]
+  advantages = batch_lib.advantages_of(rows, GRPOConfig())
+  assert [a for a, o in zip(advantages, odd) if o] == [0.0, 0.0, 0.0]
+  assert advantages[0] == pytest.approx(-advantages[2]) and advantages[0] < 0
   assert batch.metrics["rewards/unscorable"] == 3.0
 
 
