@@ -35,6 +35,10 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   # gets the sequential game's settings; set one to override it.
   c.spy.num_players = placeholder(int)  # Players per game (4 summarisation, 5 otherwise).
   c.spy.rollout_n = placeholder(int)  # Detectors per game (paper: 8; math 4).
+  # same: every detector reads the players as 1..n (paper); rotated: detector r reads them
+  # rotated by r mod n and renumbered, its vote mapped back, so a position preference
+  # earns chance in every group (`rlsvr.envs.spy.config.SpyGameConfig`).
+  c.spy.detector_orders = "same"
   c.spy.mask_fraction = placeholder(float)  # Share of the spy's characters masked.
   c.spy.truncate_words = placeholder(int)  # Inputs cut to their first N words.
   c.spy.rounds = 1  # Times every player writes.

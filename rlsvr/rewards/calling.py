@@ -18,15 +18,15 @@ Each function is called once per step with keyword arguments:
                   completion_ids), as lists aligned with the completions
 
 and returns (an `async def` function: its coroutine returns) one reward per
-completion: what TRL accepts (a list or tuple of
-floats, ints, bools, numpy scalars, 0-d torch tensors, or a 1-d numpy array
-or torch tensor). As in TRL: None (or NaN) means "no reward from this function
-for this row": it is left out of the function's `rewards/<name>/mean|std` and
-adds 0 to the weighted sum; a row where every function returned None is
-unscorable (`Scores.unscorable`, `rewards/unscorable`), and the environment
-keeps it out of every group's baseline (`reward_fn.unscorable`). A function that
-raises fails the step with an error naming it, as does a wrong-length,
-non-numeric or infinite result: a silently zeroed reward would train on nothing.
+completion, in any form TRL accepts: a list or tuple of floats, ints, bools,
+numpy scalars or 0-d torch tensors, or a 1-d numpy array or torch tensor.
+As in TRL: None (or NaN) means "no reward from this function for this row":
+it is left out of the function's `rewards/<name>/mean|std` and adds 0 to the
+weighted sum; a row where every function returned None is unscorable
+(`Scores.unscorable`, `rewards/unscorable`), and the environment keeps it out
+of every group's baseline (`reward_fn.unscorable`). A function that raises
+fails the step with an error naming it, as does a wrong-length, non-numeric or
+infinite result: a silently zeroed reward would train on nothing.
 
 With a time limit (`timeout_s` > 0) the functions run in a worker process
 (`rlsvr.workers.WorkerPool`) that is killed at the limit, so a hang is bounded
@@ -51,6 +51,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from rlsvr import workers
+
 # Keyword arguments the environment passes itself; a dataset column may not shadow them.
 RESERVED = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 # Columns TRL does not pass on (the prompt travels as `prompts`).

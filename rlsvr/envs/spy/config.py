@@ -8,6 +8,7 @@ from rlsvr.envs.spy import mechanics
 
 TASKS = ("summarisation", "writing", "math", "facts")
 VARIANTS = ("parallel", "sequential", "no_spy")
+DETECTOR_ORDERS = ("same", "rotated")
 _TASK_ALIASES = {"summarization": "summarisation", "summary": "summarisation",
                  "story": "writing", "creative_writing": "writing"}
 
@@ -39,6 +40,12 @@ class SpyGameConfig:
       fact sheet: the summarisation game for small models).
     num_players: players per game (n), numbered 1..n.
     rollout_n: detectors per game; they all judge the same game.
+    detector_orders: "same" (the paper: every detector reads the players as 1..n)
+      or "rotated": detector r reads the same outputs with the players' order
+      rotated by r mod n and renumbered 1..n (its vote is mapped back), so in
+      a group of a multiple of n detectors the spy sits at every position
+      equally often and a preference for a position earns nothing. Not in the
+      paper: off by default.
     mask_fraction: share of the spy's characters masked (stated in prompts).
     truncate_words: inputs are cut to their first this-many words.
     rounds: how many times every player writes (later rounds see earlier ones).
@@ -75,6 +82,7 @@ class SpyGameConfig:
   task: str = "summarisation"
   num_players: int = 4
   rollout_n: int = 8
+  detector_orders: str = "same"
   mask_fraction: float = 0.2
   truncate_words: int = 16000
   rounds: int = 1
@@ -100,6 +108,8 @@ class SpyGameConfig:
     checks = [
         (self.variant in VARIANTS, f"variant must be one of {VARIANTS}"),
         (self.spy_view in ("masked", "none"), "spy_view must be 'masked' or 'none'"),
+        (self.detector_orders in DETECTOR_ORDERS,
+         f"detector_orders must be one of {DETECTOR_ORDERS}"),
         (self.num_players >= 2, "num_players must be >= 2"),
         (self.rollout_n >= 1, "rollout_n must be >= 1"),
         (self.rounds >= 1, "rounds must be >= 1"),

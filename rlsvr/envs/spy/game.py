@@ -168,13 +168,26 @@ class SpyGame:
             round=round_, player=p.player, prompt=p.text, prompt_ids=p.ids,
             completion=completion, text=output, public=mechanics.public_output(output, cfg.task)))
 
+  def detector_orders(self) -> list[tuple[int, ...]]:
+    """The players' order each detector of a game reads (`SpyGameConfig.detector_orders`)."""
+    n = self.config.num_players
+    shifts = (range(self.config.rollout_n) if self.config.detector_orders == "rotated"
+              else [0] * self.config.rollout_n)
+    return [tuple((k + shift) % n + 1 for k in range(n)) for shift in shifts]
+
   def _detect(self, games: list[played.Game], sample: SampleFn) -> None:
     cfg = self.config
+    orders = self.detector_orders()
+    prompt_ids = []
     for game in games:
-      game.detection_prompt = prompts.detector_prompt(
-          cfg, reference=game.reference, outputs=game.public_outputs())
-      game.detection_ids = self.encode(game.detection_prompt, self.prefill("detector"))
-    prompt_ids = [game.detection_ids for game in games for _ in range(cfg.rollout_n)]
+      ids_of = {}
+      for order in dict.fromkeys(orders):
+        text = prompts.detector_prompt(cfg, reference=game.reference,
+                                       outputs=game.public_outputs(order))
+        ids_of[order] = self.encode(text, self.prefill("detector"))
+        if not game.detection_prompt:  # The record shows the first detector's prompt.
+          game.detection_prompt, game.detection_ids = text, ids_of[order]
+      prompt_ids += [ids_of[order] for order in orders]
     choices = self._vote_choices()
     completions = self._sample(sample, prompt_ids, self.detector_max_new_tokens(),
                                **({"choices": choices} if choices else {}))
@@ -183,7 +196,8 @@ class SpyGame:
       response = self.prefill("detector") + self.decode(completion.ids)
       parsed = mechanics.parse_vote_detail(response, cfg.num_players, cfg.vote_pick)
       game.detectors.append(played.Detector(completion=completion, response=response,
-                                            parsed=parsed))
+                                            parsed=parsed, prompt_ids=prompt_ids[i],
+                                            order=orders[i % cfg.rollout_n]))
 
   def play_episodes(
       self,
@@ -214,7 +228,7 @@ class SpyGame:
                                raw_reward=rewards[turn.player - 1]))
       for detector in game.detectors:
         trajectory = played.trajectory(
-            prompt_ids=game.detection_ids, completion=detector.completion,
+            prompt_ids=detector.prompt_ids, completion=detector.completion,
             group=2 * game.index + 1, role="detector", trained=phase == "decision" or cfg.joint,
             max_new_tokens=detector_budget)
         raw = mechanics.detection_reward(detector.vote, game.spy, cfg.detection_reward)

@@ -33,11 +33,15 @@ class Detector:
 
   completion: Completion
   response: str  # The reply, prefill included.
-  parsed: mechanics.VoteParse
+  parsed: mechanics.VoteParse  # The vote as written: a position in `order`.
+  prompt_ids: list[int]
+  order: tuple[int, ...]  # order[k - 1]: the player shown as "Player k".
 
   @property
   def vote(self) -> mechanics.Vote:
-    return self.parsed.vote
+    """The vote for a player (the position it names, mapped through `order`)."""
+    vote = self.parsed.vote
+    return self.order[vote - 1] if isinstance(vote, int) else vote
 
 
 @dataclasses.dataclass
@@ -53,8 +57,13 @@ class Game:
   detection_ids: list[int] = dataclasses.field(default_factory=list)
   detectors: list[Detector] = dataclasses.field(default_factory=list)
 
-  def public_outputs(self) -> list[tuple[int, int, str]]:
-    return [(t.round, t.player, t.public.text) for t in self.turns]
+  def public_outputs(self, order: Sequence[int] = ()) -> list[tuple[int, int, str]]:
+    """(round, player, public text) of every turn; with `order`, player order[k - 1] is
+    shown as player k, and the turns are listed by round, then by shown number."""
+    if not order:
+      return [(t.round, t.player, t.public.text) for t in self.turns]
+    shown = {player: k for k, player in enumerate(order, start=1)}
+    return sorted((t.round, shown[t.player], t.public.text) for t in self.turns)
 
   def votes(self) -> list[mechanics.Vote]:
     return [d.vote for d in self.detectors]

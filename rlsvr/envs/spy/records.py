@@ -37,8 +37,9 @@ def game_record(
     if isinstance(source, played.Detector):
       parsed = source.parsed
       detectors.append(dict(detector=len(detectors) + 1, response=source.response,
-                            vote=parsed.vote, status=parsed.status, box=parsed.box,
-                            correct=parsed.vote == game.spy, **common))
+                            vote=source.vote, status=parsed.status, box=parsed.box,
+                            order=list(source.order), correct=source.vote == game.spy,
+                            **common))
     else:
       players.append(dict(player=source.player, round=source.round, prompt=source.prompt,
                           output=source.text, public=source.public.text,
@@ -90,10 +91,15 @@ def format_game(record: Mapping[str, Any]) -> str:
         p["public"] or "(empty)",
         _THIN,
     ]
-  lines += ["### Detection prompt:", record.get("detection_prompt", "(not recorded)"), _THIN]
+  lines += ["### Detection prompt (detector 1's order):",
+            record.get("detection_prompt", "(not recorded)"), _THIN]
   for d in record["detectors"]:
+    order = d.get("order") or []
+    shown = (f", reads players {order} as 1..{len(order)}"
+             if order != sorted(order) else "")
     lines += [
-        f"### Detector {d['detector']} response ({d['num_tokens']} tokens, {d['finish_reason']}):",
+        f"### Detector {d['detector']} response ({d['num_tokens']} tokens, "
+        f"{d['finish_reason']}{shown}):",
         d["response"],
         f">>> vote {_vote_text(d['vote'])} [{d['status']}] | correct {d['correct']} | "
         f"reward {d['reward_raw']:.4f} (after baseline {d['reward']:.4f})",

@@ -428,3 +428,39 @@ def test_the_no_spy_variant_reports_no_ceiling():
   got = SpyGame(config, tokenizer).evaluate(bundled_corpus("facts")[:2],
                                             _copying_policy(tokenizer), np.random.default_rng(0))
   assert not any(k.startswith("ceiling/") for k in got) and got["plain_recall"] == 1.0
+
+
+def test_rotated_detectors_read_every_order_and_their_votes_map_back():
+  config = SpyGameConfig.for_task("summarisation", rollout_n=8, detector_orders="rotated")
+  n, items = config.num_players, bundled_corpus("summarisation")[:2]
+  env, policy, batch = _play(config, items)
+  detector_texts = policy.calls[1][0]
+  for g, record in enumerate(batch.records):
+    spy = record["spy"]
+    orders = [tuple(d["order"]) for d in record["detectors"]]
+    assert orders == [tuple((k + r) % n + 1 for k in range(n)) for r in range(8)]
+    for r, order in enumerate(orders):
+      # "Player k" shows the output of player order[k - 1] (each output names its writer).
+      shown = re.findall(r"Player (\d+): P(\d+)-", detector_texts[g * 8 + r])
+      assert [(int(k), int(p)) for k, p in shown] == list(enumerate(order, start=1))
+      # The detector wrote the spy's shown number; the game counts the player.
+      assert record["detectors"][r]["box"] == str(order.index(spy) + 1)
+      assert record["detectors"][r]["vote"] == spy
+    assert record["vote_counts"][spy - 1] == 8
+    assert len({tuple(t.prompt_ids) for t in _detectors(batch, g)}) == n
+  assert batch.metrics["spy/detect_acc"] == 1.0
+  assert "reads players [2, 3, 4, 1] as 1..4" in batch.record_text
+
+
+@pytest.mark.parametrize("orders, hits", [("same", None), ("rotated", 2)])
+def test_rotated_detectors_make_a_fixed_position_earn_chance_in_every_group(orders, hits):
+  # A detector that always names the first position: under one order it is right in all
+  # of a game's 8 votes or none; rotated, in exactly 8 / 4 of them, whoever the spy is.
+  config = SpyGameConfig.for_task("summarisation", rollout_n=8, detector_orders=orders)
+  tokenizer = ByteTokenizer()
+  policy = ScriptedPolicy(tokenizer, functools.partial(spy_marker_player, task=config.task),
+                          lambda prompt: "\\boxed{1}")
+  _, _, batch = _play(config, bundled_corpus("summarisation")[:4], policy=policy, seed=3)
+  for g, record in enumerate(batch.records):
+    rewards = [t.reward for t in _detectors(batch, g)]
+    assert sum(rewards) == (hits if hits is not None else 8 * (record["spy"] == 1))
