@@ -148,6 +148,8 @@ def test_check_names_a_reward_function_that_does_not_import():
     spec.check(_config(reward_weights="1.0"))
   with pytest.raises(ValueError, match="group_size=0 must be >= 1"):
     spec.check(_config(group_size=0))
+  with pytest.raises(ValueError, match="unscorable='skip': use one of"):
+    spec.check(_config(unscorable="skip"))
 
 
 def test_experiment_streams_rows_and_resumes_where_it_was(tmp_path):
