@@ -350,6 +350,9 @@ class SpyGame:
                baselines: Mapping[str, float]) -> dict[str, float]:
     votes = [(d.vote, game.spy) for game in games for d in game.detectors]
     valid = [(v, s) for v, s in votes if isinstance(v, int)]
+    # The numbers as written: a detector stuck on one position shows here (docs/results.md).
+    shown = [d.parsed.vote for game in games for d in game.detectors
+             if isinstance(d.parsed.vote, int)]
     n_votes = max(len(votes), 1)
     metrics = {
         "spy/games": float(len(games)),
@@ -359,6 +362,7 @@ class SpyGame:
         "spy/invalid_vote_rate": sum(v is None for v, _ in votes) / n_votes,
         # Among valid votes only; 0 when a step has none.
         "spy/votes_for_spy": sum(v == s for v, s in valid) / max(len(valid), 1),
+        "spy/top_position_share": float(max(np.bincount(shown)) / len(shown)) if shown else 0.0,
         "spy/spy_most_voted": float(np.mean([_spy_strictly_most_voted(g, self.config.num_players)
                                              for g in games])) if games else 0.0,
         "spy/player_format_ok": float(np.mean([t.public.ok for g in games for t in g.turns]))

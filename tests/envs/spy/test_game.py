@@ -449,6 +449,7 @@ def test_rotated_detectors_read_every_order_and_their_votes_map_back():
     assert record["vote_counts"][spy - 1] == 8
     assert len({tuple(t.prompt_ids) for t in _detectors(batch, g)}) == n
   assert batch.metrics["spy/detect_acc"] == 1.0
+  assert batch.metrics["spy/top_position_share"] == 0.25  # the spy's shown number varies
   assert "reads players [2, 3, 4, 1] as 1..4" in batch.record_text
 
 
@@ -464,3 +465,4 @@ def test_rotated_detectors_make_a_fixed_position_earn_chance_in_every_group(orde
   for g, record in enumerate(batch.records):
     rewards = [t.reward for t in _detectors(batch, g)]
     assert sum(rewards) == (hits if hits is not None else 8 * (record["spy"] == 1))
+  assert batch.metrics["spy/top_position_share"] == 1.0
