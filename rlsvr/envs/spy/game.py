@@ -186,7 +186,7 @@ class SpyGame:
                                        outputs=game.public_outputs(order))
         ids_of[order] = self.encode(text, self.prefill("detector"))
         if not game.detection_prompt:  # The record shows the first detector's prompt.
-          game.detection_prompt, game.detection_ids = text, ids_of[order]
+          game.detection_prompt = text
       prompt_ids += [ids_of[order] for order in orders]
     choices = self._vote_choices()
     completions = self._sample(sample, prompt_ids, self.detector_max_new_tokens(),
@@ -259,10 +259,9 @@ class SpyGame:
     """Folds the raw rewards of the rows the step trains into the role baselines, once per
     step; with order `released` their baselines become the updated EMA (update first,
     then subtract). The game records keep the EMA each game was played under."""
-    after = self.baselines.update([t.reward for t in trained], [t.role for t in trained])
-    if self.baselines.order == "released":
-      for t in trained:
-        t.baseline = after[t.role]
+    baselines = self.baselines.for_batch([t.reward for t in trained], [t.role for t in trained])
+    for t in trained:  # Unchanged under `pre_update`: the EMA they were played with.
+      t.baseline = baselines[t.role]
 
   def _play_games(self, items: Sequence[Any], sample: SampleFn,
                   rng: np.random.Generator) -> list[played.Game]:

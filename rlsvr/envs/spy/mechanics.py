@@ -315,7 +315,7 @@ class RoleBaselines:
 
   def for_batch(self, rewards: Sequence[float], roles: Sequence[str]) -> dict[str, float]:
     """The baseline of each role in `roles` for this batch (by `order`); folds it in."""
-    before = {role: self.values.get(role, 0.0) for role in roles}
+    before = self.current(roles)
     after = self.update(rewards, roles)
     return before if self.order == "pre_update" else {role: after[role] for role in roles}
 

@@ -53,8 +53,7 @@ class Game:
   views: list[str | None]  # per player, index k - 1
   mask: mechanics.MaskedText | None
   turns: list[Turn] = dataclasses.field(default_factory=list)
-  detection_prompt: str = ""
-  detection_ids: list[int] = dataclasses.field(default_factory=list)
+  detection_prompt: str = ""  # The first detector's, for the record.
   detectors: list[Detector] = dataclasses.field(default_factory=list)
 
   def public_outputs(self, order: Sequence[int] = ()) -> list[tuple[int, int, str]]:
