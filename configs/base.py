@@ -36,6 +36,14 @@ def base_config() -> ml_collections.ConfigDict:
   # Qwen3's hybrid thinking (the chat template's `enable_thinking`): unset keeps the
   # template's default (Qwen3: thinking on); False / True switch it for every prompt.
   c.model.enable_thinking = placeholder(bool)
+  # LoRA (rlsvr.model.lora): rank > 0 trains adapters on the frozen base model, which is
+  # also the KL reference. The update is scaled by alpha / rank. targets: comma-separated
+  # projections (q,k,v,o,gate,up,down) or "all"; layers: comma-separated indices, "" = all.
+  c.model.lora = ml_collections.ConfigDict()
+  c.model.lora.rank = 0
+  c.model.lora.alpha = 32.0
+  c.model.lora.targets = "q,v"
+  c.model.lora.layers = ""
 
   c.data = ml_collections.ConfigDict()
   c.data.source = "hub"  # "hub" (the task's dataset), "bundled", a hub name, or a local file.

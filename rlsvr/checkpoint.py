@@ -263,14 +263,19 @@ def _meta(manager: ocp.CheckpointManager, step: int | None, where: str) -> tuple
   return step, dict(meta)
 
 
-def restore_run(checkpoint_dir: str, step: int | None = None):
-  """(step, model config, params, meta) of a run's checkpoint, on the default device."""
-  from rlsvr.model import qwen3  # noqa: PLC0415 (only the export path needs the model)
+def restore_trained(checkpoint_dir: str, step: int | None = None):
+  """(step, model config, trained weights, meta) of a run's checkpoint, on the default
+  device, as saved: every weight, or a LoRA run's adapters (`meta["lora"]` then says so)."""
+  from rlsvr.model import lora as lora_lib  # noqa: PLC0415 (only the export path needs them)
+  from rlsvr.model import qwen3  # noqa: PLC0415
 
   manager = _run_manager(checkpoint_dir)
   step, meta = _meta(manager, step, checkpoint_dir)
   config = ModelConfig.from_hf_dict(meta["model_config"])
-  abstract = qwen3.abstract_params(config, meta.get("param_dtype", "float32"))
+  dtype = meta.get("param_dtype", "float32")
+  lora = lora_lib.from_dict(meta.get("lora"))
+  abstract = (qwen3.abstract_params(config, dtype) if lora is None else jax.eval_shape(
+      lambda key: lora_lib.init_adapters(config, lora, key, dtype), jax.random.key(0)))
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   restored = manager.restore(step, args=ocp.args.Composite(
       state=ocp.args.PyTreeRestore(
@@ -279,6 +284,25 @@ def restore_run(checkpoint_dir: str, step: int | None = None):
               lambda x: ocp.ArrayRestoreArgs(dtype=x.dtype, sharding=device), abstract)},
           partial_restore=True)))
   return step, config, restored["state"]["params"], meta
+
+
+def restore_run(checkpoint_dir: str, step: int | None = None):
+  """(step, model config, params, meta) of a run's checkpoint, on the default device.
+  A LoRA run's params are its base (loaded again from the run's model source) with the
+  adapters merged in, in the masters' dtype."""
+  from rlsvr.model import lora as lora_lib  # noqa: PLC0415
+  from rlsvr.model import sources  # noqa: PLC0415
+
+  step, config, params, meta = restore_trained(checkpoint_dir, step)
+  lora = lora_lib.from_dict(meta.get("lora"))
+  if lora is not None:
+    run = json.loads(meta["config"])
+    _, base, _ = sources.load_model(run["model"]["source"], dtype=meta.get("param_dtype",
+                                                                           "float32"),
+                                    seed=run.get("seed", 0),
+                                    tokenizer=run["model"].get("tokenizer", ""))
+    params = jax.jit(lora_lib.merge, static_argnums=(0, 1))(config, lora, base, params)
+  return step, config, params, meta
 
 
 def restore_params(checkpoint_dir: str, step: int | None = None):

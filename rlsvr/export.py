@@ -1,6 +1,7 @@
-"""Export a training checkpoint as a Hugging Face model directory.
+"""Export a training checkpoint as a Hugging Face model directory (or a PEFT adapter).
 
   python -m rlsvr.export --checkpoint runs/spy_summ --out exported/ [--step 100] [--dtype bfloat16]
+  python -m rlsvr.export --checkpoint runs/lora_run --out adapter/ --adapter
 
 `--checkpoint` is a run's workdir (or its `checkpoints/` folder); the latest
 step is exported unless `--step` says otherwise. Checkpoints hold the master
@@ -8,6 +9,10 @@ weights (float32); the export is cast to `--dtype`, by default the dtype the
 run computed in (`model.compute_dtype`). The tokenizer of the run's
 model is written alongside, so the directory loads with
 `transformers.AutoModelForCausalLM.from_pretrained` and `AutoTokenizer`.
+
+A LoRA run (`model.lora.rank > 0`) exports its base with the adapters merged in; with
+`--adapter`, the adapters alone as a PEFT directory (float32) that
+`peft.PeftModel.from_pretrained(base_model, out)` loads onto the run's base model.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
 flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"],
                   "Saved dtype (default: the run's compute dtype; checkpoints hold float32 "
                   "masters).")
+flags.DEFINE_bool("adapter", False, "LoRA runs: write the adapters as a PEFT adapter "
+                  "directory instead of merged weights.")
 FLAGS = flags.FLAGS
 
 
@@ -49,10 +56,28 @@ def export(checkpoint: str, out: str, *, step: int | None = None, dtype: str | N
   return step, hf.save_pretrained(out, config, params, tokenizer=tok, dtype=np_dtype)
 
 
+def export_adapter(checkpoint: str, out: str, *, step: int | None = None):
+  """Writes the PEFT adapter directory of a LoRA run's checkpoint; returns (step, out path)."""
+  from rlsvr import checkpoint as ckpt  # noqa: PLC0415
+  from rlsvr.model import lora as lora_lib  # noqa: PLC0415
+
+  step, config, adapters, meta = ckpt.restore_trained(checkpoints_dir(checkpoint), step)
+  lora = lora_lib.from_dict(meta.get("lora"))
+  if lora is None:
+    raise ValueError(f"{checkpoint} is a full-weight run (model.lora.rank=0): it has no "
+                     "adapters; export it without --adapter")
+  source = json.loads(meta["config"])["model"]["source"]
+  return step, lora_lib.save_peft_adapter(out, config, lora, adapters,
+                                          base_model_name=source.removeprefix("hub:"))
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  step, path = export(FLAGS.checkpoint, FLAGS.out, step=FLAGS.step, dtype=FLAGS.dtype)
+  if FLAGS.adapter:
+    step, path = export_adapter(FLAGS.checkpoint, FLAGS.out, step=FLAGS.step)
+  else:
+    step, path = export(FLAGS.checkpoint, FLAGS.out, step=FLAGS.step, dtype=FLAGS.dtype)
   print(f"exported step {step} to {path}")
 
 

@@ -182,6 +182,12 @@ def mesh_of(tree) -> Mesh | None:
   return None
 
 
+def param_shardings_of(tree, mesh: Mesh):
+  """The NamedSharding of every leaf of a params tree (arrays or shapes) on `mesh`."""
+  return unflatten({path: NamedSharding(mesh, spec_for(path, x.shape, mesh))
+                    for path, x in flatten(tree).items()})
+
+
 def shard_params(params, mesh: Mesh):
   """Places a params tree on `mesh` by the parameter table's rule."""
   return unflatten({

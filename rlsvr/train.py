@@ -47,6 +47,13 @@ def check_config(c) -> None:
   if c.heldout.size < 0 or c.heldout.per_call < 0:
     problems.append(f"heldout.size={c.heldout.size} and heldout.per_call={c.heldout.per_call} "
                     "must be >= 0")
+  if "lora" in c.model:
+    from rlsvr.model import lora  # noqa: PLC0415 (jax, not the model)
+
+    try:
+      lora.from_config(c.model.lora)
+    except ValueError as e:
+      problems.append(f"model.lora: {e}")
   if problems:
     raise ValueError("bad config: " + "; ".join(problems))
   registry.import_plugins(c)  # First: they may register the names the checks look up.

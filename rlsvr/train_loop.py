@@ -20,6 +20,7 @@ import numpy as np
 
 from rlsvr import checkpoint, heldout, metrics, parallel, plan, runtime, seeding
 from rlsvr.envs import registry
+from rlsvr.model import lora as lora_lib
 from rlsvr.model import sources
 from rlsvr.model.tokenizer import stop_ids
 from rlsvr.rl import batch as batching
@@ -74,9 +75,10 @@ def run(c, grpo: GRPOConfig, workdir: str) -> dict[str, Any]:
                                  wandb_project=c.log.wandb_project, run_config=c.to_dict(),
                                  enabled=lead)
   rollouts = metrics.RolloutWriter(workdir, enabled=lead)
+  # With "lora", `checkpoint.restore_run` rebuilds the base from the config's model source.
   meta = {"model_config": model_config.to_hf_dict(c.model.compute_dtype),
           "param_dtype": c.model.param_dtype, "compute_dtype": c.model.compute_dtype,
-          "config": c.to_json_best_effort()}
+          "lora": lora_lib.to_dict(state.lora), "config": c.to_json_best_effort()}
 
   last: dict[str, Any] = {}
   # A run restarted before its first checkpoint keeps its step-0 evaluation (`rewind`
@@ -131,11 +133,13 @@ def _build(c, grpo: GRPOConfig, env_spec: registry.EnvSpec, mesh):
   model_config, params, tokenizer = sources.load_model(
       c.model.source, dtype=c.model.param_dtype, mesh=mesh if mesh.size > 1 else None,
       seed=c.seed, tokenizer=c.model.tokenizer)
-  state = init_train_state(model_config, grpo, params)
+  lora = lora_lib.from_config(c.model.get("lora"))
+  state = init_train_state(model_config, grpo, params, lora=lora, seed=c.seed)
   # The state holds its own copy of the masters; an environment may keep the initial
   # weights in the compute dtype (e.g. a fixed judge): a copy, as the masters are donated.
-  experiment = env_spec.build(registry.BuildContext(
-      c, tokenizer, model_config, cast_params(params, grpo.dtype), mesh))
+  # A LoRA run's frozen base is those weights, and never donated: the environment shares it.
+  initial = state.base if lora is not None else cast_params(params, grpo.dtype)
+  experiment = env_spec.build(registry.BuildContext(c, tokenizer, model_config, initial, mesh))
   del params
   if c.heldout.size > 0 and getattr(experiment, "evaluate", None) is None:
     raise ValueError(f"heldout.size={c.heldout.size}, but env {c.env!r} has no evaluate()")

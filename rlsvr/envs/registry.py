@@ -34,7 +34,8 @@ class BuildContext:
   """What an environment may use to build itself.
 
   `initial_params` are the policy's initial weights in the compute dtype (a copy the
-  environment may keep, e.g. as a fixed judge; the trainer's masters are donated).
+  environment may keep, e.g. as a fixed judge; the trainer's masters are donated). In a
+  LoRA run they are the trainer's frozen base itself, shared, never donated.
   """
 
   config: Any  # The whole ConfigDict; an environment reads its own section.

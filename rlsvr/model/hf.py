@@ -97,7 +97,7 @@ class SafetensorsReader(Mapping[str, np.ndarray]):
     return len(self._entries)
 
 
-def _write_safetensors(path: pathlib.Path, tensors: list[tuple[str, np.ndarray]]) -> None:
+def write_safetensors(path: pathlib.Path, tensors: list[tuple[str, np.ndarray]]) -> None:
   header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
   offset = 0
   for name, w in tensors:
@@ -232,7 +232,7 @@ def save_pretrained(path: str | os.PathLike, config: ModelConfig, params, tokeni
 
   def flush():
     files.append(tmp / f"shard-{len(files)}.tmp")
-    _write_safetensors(files[-1], shards[-1])
+    write_safetensors(files[-1], shards[-1])
     shards[-1] = []
 
   for name, w in hf_tensors(config, params, np_dtype):

@@ -15,7 +15,7 @@ placement of every weight follows from its dims:
   tensor  splits heads (H, K), MLP hidden units (F) and the vocabulary (V): Megatron
   fsdp    splits the model dimension D of every matrix (ZeRO-3); vectors (norm
           scales, biases) are small and never split over it
-  none    the layer axis L (the forward scans it) and head_dim Dh
+  none    the layer axis L (the forward scans it), head_dim Dh and a LoRA rank R
 
 A dimension is only split over a mesh axis whose size divides it; otherwise it
 is replicated (tiny test models, 8 KV heads on tensor=16, ...).
@@ -78,6 +78,21 @@ TABLE: tuple[Param, ...] = (
 )
 BY_PATH: dict[str, Param] = {p.path: p for p in TABLE}
 
+
+def adapter_params(weight_path: str) -> tuple[Param, Param]:
+  """LoRA's A and B of the matrix at `weight_path` (`rlsvr.model.lora`): A takes the
+  weight's input dims to the rank R, B the rank to its output dims; `hf` is PEFT's name."""
+  w = BY_PATH[weight_path]
+  split = 1 + w.n_in
+  prefix, module = w.path[:-len("_proj")], w.hf[:-len(".weight")]
+  return (Param(f"{prefix}_lora_a", (*w.dims[:split], "R"), f"{module}.lora_A.weight", w.n_in),
+          Param(f"{prefix}_lora_b", ("L", "R", *w.dims[split:]), f"{module}.lora_B.weight", 1))
+
+
+# Every adapter a LoRA run may train, by path.
+ADAPTERS: dict[str, Param] = {a.path: a for p in TABLE if p.per_layer and p.n_in
+                              for a in adapter_params(p.path)}
+
 _TENSOR_DIMS = ("H", "K", "F", "V")
 
 
@@ -93,9 +108,14 @@ def present(config: ModelConfig) -> dict[str, Param]:
 
 
 def shape_of(param: Param, config: ModelConfig) -> tuple[int, ...]:
+  return adapter_shape(param, config, 0)
+
+
+def adapter_shape(param: Param, config: ModelConfig, rank: int) -> tuple[int, ...]:
+  """`shape_of`, where the LoRA rank R is `rank`."""
   sizes = {"L": config.num_layers, "D": config.hidden_size, "H": config.num_heads,
            "K": config.num_kv_heads, "Dh": config.head_dim, "F": config.intermediate_size,
-           "V": config.vocab_size}
+           "V": config.vocab_size, "R": rank}
   return tuple(sizes[d] for d in param.dims)
 
 
@@ -109,9 +129,11 @@ def _mesh_axes(param: Param) -> tuple[str | None, ...]:
 def spec_for(path: str, shape: tuple[int, ...], mesh: Mesh) -> P:
   """The PartitionSpec of the weight at `path` ("layers/attn/q_proj") on `mesh`.
 
-  Leaves the table does not name (an optimizer's step count) are replicated.
+  LoRA adapters follow their weight's dims; leaves the table does not name (an
+  optimizer's step count) are replicated.
   """
-  logical = _mesh_axes(BY_PATH[path]) if path in BY_PATH else ()
+  param = BY_PATH.get(path) or ADAPTERS.get(path)
+  logical = _mesh_axes(param) if param else ()
   axes = [a if a is not None and mesh.shape[a] > 1 and dim % mesh.shape[a] == 0 else None
           for a, dim in zip(logical, shape)]
   return P(*axes, *([None] * (len(shape) - len(axes))))

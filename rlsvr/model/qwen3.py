@@ -117,7 +117,8 @@ def layer(config: ModelConfig, w: Params, x, sin, cos, attend: Callable, *,
                    with a trailing batch axis of 1 (`decode.decode_weights`)
 
   `sin`/`cos` broadcast against q and k along their head_dim axis. `attend(q, k, v)
-  -> (out like q, carry)` attends over whatever cache the caller keeps.
+  -> (out like q, carry)` attends over whatever cache the caller keeps. LoRA adapters
+  beside a weight (`rlsvr.model.lora.attach`) are applied in the features-last layout.
   """
   axis = -1 if features_last else -2
   attn, mlp = w["attn"], w["mlp"]
@@ -129,9 +130,15 @@ def layer(config: ModelConfig, w: Params, x, sin, cos, attend: Callable, *,
       # dimension. Contracting (B, T) made XLA:CPU write a transposed copy of the MLP's
       # activations for every layer's backward, slowing the update (bench/train_step.py).
       k_in = math.prod(kernel.shape[:n_in])
-      y = jnp.dot(x.reshape(-1, k_in), kernel.reshape(k_in, -1))
+      x_NxI = x.reshape(-1, k_in)
+      y = jnp.dot(x_NxI, kernel.reshape(k_in, -1))
+      lora_a = part.get(f"{name}_lora_a")
+      if lora_a is not None:  # Training a LoRA run: B comes scaled (`rlsvr.model.lora`).
+        rank = lora_a.shape[-1]
+        y = y + jnp.dot(jnp.dot(x_NxI, lora_a.reshape(k_in, rank)),
+                        part[f"{name}_lora_b"].reshape(rank, -1))
       y = y.reshape(*x.shape[:x.ndim - n_in], *kernel.shape[n_in:])
-    else:
+    else:  # The decode step reads merged weights (`lora.merge`): no adapters here.
       y = jnp.tensordot(kernel, x, n_in)
     bias = part.get(f"{name}_bias")
     return y if bias is None else y + bias

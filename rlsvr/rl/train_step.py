@@ -15,6 +15,12 @@ on a `compute_dtype` copy (bfloat16 on accelerators), and `sampling_params`
 makes the one copy per step that the sampler reads. (Stored in bf16, an update
 of lr 1e-6 is below half an ulp of nearly every weight and rounds away.)
 
+LoRA (`init_train_state(..., lora=LoraConfig(...))`): `state.params` are the adapters
+alone (fp32 masters, with the AdamW moments), `state.base` the frozen weights in the
+compute dtype, which the forward reads with the adapters attached (`forward_weights`)
+and the KL term reads alone: the reference is the base model (no `ref_params`). The
+sampler reads the base with the adapters merged in, made once per step.
+
 Old log-probabilities come from the trainer, as verl's recomputed
 `old_log_prob`: with one update per batch (`updates_per_batch=1`, the papers'
 setting) they are the stop-gradient of the update's own log-probs, so every
@@ -50,6 +56,7 @@ its numerator's gradient, so every split yields the full-batch update.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.struct
@@ -58,6 +65,7 @@ import jax.numpy as jnp
 import optax
 
 from rlsvr import parallel, runtime
+from rlsvr.model import lora as lora_lib
 from rlsvr.model.config import ModelConfig
 from rlsvr.rl import core, losses
 from rlsvr.rl.config import DTYPES, GRPOConfig  # noqa: F401  (public here: rlsvr.train uses DTYPES)
@@ -68,15 +76,21 @@ Params = Any
 
 @flax.struct.dataclass
 class TrainState:
-  """Everything a step reads and writes. The configs are static (part of the treedef)."""
+  """Everything a step reads and writes. The configs are static (part of the treedef).
+
+  `params` are what the update trains: every weight, or with `lora` the adapters, and
+  then `base` holds the frozen weights (compute dtype).
+  """
 
   step: jax.Array
   params: Params
   opt_state: optax.OptState
   ref_params: Params | None
+  base: Params | None
   model_config: ModelConfig = flax.struct.field(pytree_node=False)
   config: GRPOConfig = flax.struct.field(pytree_node=False)
   mesh: jax.sharding.Mesh | None = flax.struct.field(pytree_node=False, default=None)
+  lora: lora_lib.LoraConfig | None = flax.struct.field(pytree_node=False, default=None)
 
 
 def lr_schedule(config: GRPOConfig) -> optax.Schedule:
@@ -104,16 +118,31 @@ def _cast(tree, dtype):
 _copy_cast = jax.jit(_cast, static_argnums=1)
 
 
-def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Params) -> TrainState:
+def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Params,
+                     lora: lora_lib.LoraConfig | None = None, seed: int = 0) -> TrainState:
   """A fresh state from initial `params` (copied; sharding kept, optimizer state alike).
 
   The reference weights are a frozen copy of `params` in the compute dtype when
-  `config.kl_coef > 0`, else None.
+  `config.kl_coef > 0`, else None. With `lora`, `params` become the frozen base (compute
+  dtype) and fresh adapters, drawn from `seed`, are what trains.
   """
-  stored = _copy_cast(params, jnp.dtype(config.param_dtype))
+  base, ref = None, None
+  if lora is None:
+    stored = _copy_cast(params, jnp.dtype(config.param_dtype))
+    ref = _copy_cast(params, config.dtype) if config.kl_coef > 0 else None
+  else:
+    lora.check(model_config)
+    base = _copy_cast(params, config.dtype)
+    init = functools.partial(lora_lib.init_adapters, model_config, lora,
+                             dtype=jnp.dtype(config.param_dtype))
+    key = jax.random.key(seed)
+    mesh = parallel.mesh_of(params)
+    # Drawn in place on the mesh (a jit's out_shardings work across processes too).
+    shardings = None if mesh is None else parallel.param_shardings_of(jax.eval_shape(init, key),
+                                                                       mesh)
+    stored = jax.jit(init, out_shardings=shardings)(key)
   # Adam moments in fp32 even for bf16 params; zeros_like keeps each param's sharding.
   opt_state = make_optimizer(config).init(_cast(stored, jnp.float32))
-  ref = _copy_cast(params, config.dtype) if config.kl_coef > 0 else None
   # Fresh arrays (step, Adam's count, host-made params) are uncommitted; the step
   # returns them committed, which would compile it a second time. Commit all of them now:
   # arrays where they are, scalars and host arrays replicated next to the params.
@@ -126,8 +155,9 @@ def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Para
       lambda x: jax.device_put(x, x.sharding) if isinstance(x, jax.Array) and x.ndim else
       jax.jit(lambda y: y, out_shardings=replicated)(x), tree)
   return TrainState(step=commit(jnp.zeros((), jnp.int32)), params=commit(stored),
-                    opt_state=commit(opt_state), ref_params=commit(ref),
-                    model_config=model_config, config=config, mesh=parallel.mesh_of(stored))
+                    opt_state=commit(opt_state), ref_params=commit(ref), base=commit(base),
+                    model_config=model_config, config=config, mesh=parallel.mesh_of(stored),
+                    lora=lora)
 
 
 def cast_params(params: Params, dtype) -> Params:
@@ -141,9 +171,28 @@ def sampling_params(state: TrainState) -> Params:
   """The weights the sampler reads this step: the masters in the compute dtype.
 
   A copy made once per step when the dtypes differ; the masters themselves when
-  they are equal (then valid only until `train_step` donates them).
+  they are equal (then valid only until `train_step` donates them). With LoRA: the
+  base with the adapters merged in (`lora.merge`), a copy each step.
   """
+  if state.lora is not None:
+    return _merge(state.model_config, state.lora, state.base, state.params, state.config.dtype)
   return cast_params(state.params, state.config.dtype)
+
+
+_merge = jax.jit(lora_lib.merge, static_argnums=(0, 1, 4))
+
+
+def forward_weights(state: TrainState, trainable: Params) -> Params:
+  """What the forward reads for `trainable` (`state.params` or a copy of them): those
+  weights themselves, or with LoRA the frozen base with them attached."""
+  if state.lora is None:
+    return trainable
+  return lora_lib.attach(state.model_config, state.lora, state.base, trainable)
+
+
+def reference_weights(state: TrainState) -> Params | None:
+  """The KL reference: the frozen copy of the initial weights, or with LoRA the base."""
+  return state.base if state.lora is not None else state.ref_params
 
 
 # The keys of each batch layout that the forward reads (`rlsvr.rl.batch`).
@@ -152,13 +201,15 @@ _SHARED_PROMPTS = ("prompt_tokens_UxP", "prompt_mask_UxP", "prompt_index_B",
                    "completion_tokens_BxC", "completion_mask_BxC")
 
 
-def _logprobs(state: TrainState, params, batch):
+def _logprobs(state: TrainState, weights, batch):
+  """(logp_BxC, entropy_BxC) of the batch's completions under `weights` (all of them:
+  `forward_weights`)."""
   cfg = state.config
   kw = dict(temperature=cfg.temperature, chunk=cfg.logits_chunk or None, remat=cfg.remat)
   if "prompt_tokens_UxP" in batch:
-    return shared_prompt_logprobs(state.model_config, params,
+    return shared_prompt_logprobs(state.model_config, weights,
                                   *(batch[k] for k in _SHARED_PROMPTS), **kw)
-  return token_logprobs(state.model_config, params, batch["tokens_BxT"],
+  return token_logprobs(state.model_config, weights, batch["tokens_BxT"],
                         batch["attention_mask_BxT"],
                         completion_len=batch["loss_mask_BxC"].shape[-1], **kw)
 
@@ -182,8 +233,8 @@ def _split_micro(batch: dict[str, jax.Array], micro_batch_size: int):
   return _split_rows(batch, b // mb, "micro-batches")
 
 
-def _no_grad_logprobs(state: TrainState, params, batch) -> jax.Array:
-  """logp_BxC of the whole batch under `params` (micro-batched, no gradient)."""
+def _no_grad_logprobs(state: TrainState, weights, batch) -> jax.Array:
+  """logp_BxC of the whole batch under `weights` (micro-batched, no gradient)."""
   keys = ("loss_mask_BxC", *_SHARED_PROMPTS, *_WHOLE_ROWS)
   batch = {k: batch[k] for k in keys if k in batch}
   # The parts the update splits the batch into (updates x micro-batches, row i to part
@@ -194,18 +245,18 @@ def _no_grad_logprobs(state: TrainState, params, batch) -> jax.Array:
   micro_batches = rows_per_update // cfg.micro_batch_size if cfg.micro_batch_size else 1
   micro = _split_rows(batch, cfg.updates_per_batch * micro_batches,
                       "updates_per_batch x micro-batches per update")
-  params = jax.lax.stop_gradient(params)
-  logp_NxMxT = jax.lax.map(lambda mb: _logprobs(state, params, mb)[0], micro)
+  weights = jax.lax.stop_gradient(weights)
+  logp_NxMxT = jax.lax.map(lambda mb: _logprobs(state, weights, mb)[0], micro)
   n, m, t = logp_NxMxT.shape
   return logp_NxMxT.swapaxes(0, 1).reshape(n * m, t)
 
 
 @runtime.jit_full_sequence
 def reference_logprobs(state: TrainState, batch: dict[str, jax.Array]) -> jax.Array:
-  """ref_logp_BxC of the batch under `state.ref_params` (micro-batched, no gradient)."""
-  if state.ref_params is None:
+  """ref_logp_BxC of the batch under the reference (micro-batched, no gradient)."""
+  if reference_weights(state) is None:
     raise ValueError("this state has no reference weights (kl_coef == 0)")
-  return _no_grad_logprobs(state, state.ref_params, batch)
+  return _no_grad_logprobs(state, reference_weights(state), batch)
 
 
 # Metrics that are token sums inside a micro-batch, divided by the token count at the end.
@@ -217,9 +268,9 @@ _MAXES = ("rollout_corr/ratio_max",)
 
 def _micro_loss(params, state: TrainState, mb: dict[str, jax.Array], denominator):
   """This micro-batch's share of the (mini-)batch loss, and its metric numerators;
-  `params` are the compute-dtype copy."""
+  `params` are the compute-dtype copy of the trained weights."""
   cfg = state.config
-  logp_BxC, entropy_BxC = _logprobs(state, params, mb)
+  logp_BxC, entropy_BxC = _logprobs(state, forward_weights(state, params), mb)
   mask_BxC = mb["loss_mask_BxC"]
 
   def share(values_BxC):
@@ -244,7 +295,7 @@ def _micro_loss(params, state: TrainState, mb: dict[str, jax.Array], denominator
     if "ref_logp_BxC" in mb:
       ref_logp_BxC = mb["ref_logp_BxC"]
     else:
-      ref_logp_BxC = _logprobs(state, jax.lax.stop_gradient(state.ref_params), mb)[0]
+      ref_logp_BxC = _logprobs(state, jax.lax.stop_gradient(reference_weights(state)), mb)[0]
     kl = share(core.kl_penalty(logp_BxC, ref_logp_BxC, cfg.kl_kind))
     loss = loss + cfg.kl_coef * kl
     aux["actor/kl"] = kl
@@ -308,7 +359,8 @@ def _train_step(state: TrainState, batch: dict[str, jax.Array]):
   batch = {k: jnp.asarray(v) for k, v in batch.items()}
   if cfg.updates_per_batch > 1 and "old_logp_BxC" not in batch:
     # The policy before the first update; every later update's ratios are against it.
-    batch["old_logp_BxC"] = _no_grad_logprobs(state, _cast(state.params, cfg.dtype), batch)
+    batch["old_logp_BxC"] = _no_grad_logprobs(
+        state, forward_weights(state, _cast(state.params, cfg.dtype)), batch)
   if cfg.updates_per_batch == 1:
     state_after, per_update = _update(state, batch)
     per_update = jax.tree.map(lambda x: x[None], per_update)
@@ -326,4 +378,19 @@ def _train_step(state: TrainState, batch: dict[str, jax.Array]):
   return state_after.replace(step=state.step + 1), metrics
 
 
-train_step = runtime.jit_full_sequence(_train_step, donate_argnums=0)
+def _train_step_beside(state: TrainState, batch: dict[str, jax.Array], base: Params | None):
+  state_after, metrics = _train_step(state.replace(base=base), batch)
+  return state_after.replace(base=None), metrics
+
+
+_donating_train_step = runtime.jit_full_sequence(_train_step_beside, donate_argnums=0)
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array]):
+  """`_train_step`, jitted once, `state` donated except for a LoRA run's frozen base: an
+  environment may read the base (a fixed judge of the initial weights) between steps."""
+  state_after, metrics = _donating_train_step(state.replace(base=None), batch, state.base)
+  return state_after.replace(base=state.base), metrics
+
+
+train_step._cache_size = _donating_train_step._cache_size  # noqa: SLF001 (tests count compiles)

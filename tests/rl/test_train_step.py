@@ -169,7 +169,7 @@ def test_reference_logprobs_and_state(params, batch):
   state = init_train_state(CONFIG, dataclasses.replace(BASE, micro_batch_size=4), params)
   # Only what a step reads or writes (the unused env_state and rng are gone).
   assert [f.name for f in dataclasses.fields(TrainState) if f.metadata.get("pytree_node", True)
-          ] == ["step", "params", "opt_state", "ref_params"]
+          ] == ["step", "params", "opt_state", "ref_params", "base"]
   ref = reference_logprobs(state, batch)
   logp, _ = completion_logprobs(params, batch)
   np.testing.assert_allclose(ref, logp, atol=1e-5)
