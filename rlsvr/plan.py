@@ -108,37 +108,50 @@ class _Sharded:
   tensor_shards: int
   compute: str  # The sampler copy, reference, judge and activations; masters in `master`.
   master: str
-  compute_bytes: int  # Per device, of one copy of the params in each dtype.
+  compute_bytes: int  # Per device, of one copy of all the params in the compute dtype.
+  # Per device, of one copy of the trained weights (all of them, or the LoRA adapters).
   float32_bytes: int
   master_bytes: int
+  trained_compute_bytes: int
+  loaded_bytes: int  # All the params in the master dtype, as the model loads.
   sharding: str  # How the params are split, as the table prints it.
+  trained_sharding: str
   # Parameters all-gathered where used when the weights are split (0 when they are not).
   gathered_params: int
+  lora: Any = None  # rlsvr.model.lora.LoraConfig of a LoRA run.
 
   @property
   def compute_itemsize(self) -> int:
     return _ITEMSIZE[self.compute]
 
   @property
-  def copies(self) -> bool:  # The sampler and each forward read a compute-dtype copy.
-    return self.compute != self.master
+  def copies(self) -> bool:
+    """The sampler reads a copy made each step: a compute-dtype cast of the masters, or
+    the base with a LoRA run's adapters merged in."""
+    return self.compute != self.master or self.lora is not None
 
 
 def _shard(c, num_devices: int) -> _Sharded:
+  from rlsvr.model import lora as lora_lib  # noqa: PLC0415
+
   model, sizes = model_config_of(c.model.source), mesh_sizes(dict(c.mesh.shape), num_devices)
   compute, master = c.model.compute_dtype, c.model.param_dtype
+  lora = lora_lib.from_config(c.model.get("lora"))
   data_shards, tensor_shards = sizes["data"] * sizes["fsdp"], sizes["tensor"]
   compute_bytes, sharding = param_bytes(model, sizes, _ITEMSIZE[compute])
+  trained = lambda itemsize: param_bytes(model, sizes, itemsize, lora)
   # Weights split over the mesh are all-gathered where used: count the embedding (+ head)
   # and one layer whole. Which of them XLA holds at once is its choice: an estimate.
   embed = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
   one_layer = (model.num_params() - embed) // model.num_layers
   return _Sharded(model=model, sizes=sizes, data_shards=data_shards, tensor_shards=tensor_shards,
                   compute=compute, master=master, compute_bytes=compute_bytes,
-                  float32_bytes=param_bytes(model, sizes, 4)[0],
-                  master_bytes=param_bytes(model, sizes, _ITEMSIZE[master])[0],
-                  sharding=sharding,
-                  gathered_params=embed + one_layer if data_shards * tensor_shards > 1 else 0)
+                  float32_bytes=trained(4)[0], master_bytes=trained(_ITEMSIZE[master])[0],
+                  trained_compute_bytes=trained(_ITEMSIZE[compute])[0],
+                  loaded_bytes=param_bytes(model, sizes, _ITEMSIZE[master])[0],
+                  sharding=sharding, trained_sharding=trained(4)[1],
+                  gathered_params=embed + one_layer if data_shards * tensor_shards > 1 else 0,
+                  lora=lora)
 
 
 def _resident(c, s: _Sharded, env: registry.EnvPlan,
@@ -147,15 +160,22 @@ def _resident(c, s: _Sharded, env: registry.EnvPlan,
   (`models`, by name); and the init phase's loaded params."""
   held = lambda name, nbytes=s.compute_bytes, sharding=s.sharding: Component(
       "resident", name, nbytes, sharding)
-  comps = [held(f"master params ({s.master})", s.master_bytes),
-           held("AdamW mu + nu (float32)", 2 * s.float32_bytes)]
-  if c.grpo.kl_coef > 0:
+  if s.lora is None:
+    comps = [held(f"master params ({s.master})", s.master_bytes)]
+  else:  # The frozen base is the KL reference too.
+    comps = [held(f"frozen base params ({s.compute}; also the KL reference)"),
+             held(f"LoRA adapters, rank {s.lora.rank} ({s.master} masters)", s.master_bytes,
+                  s.trained_sharding)]
+  comps.append(held("AdamW mu + nu (float32)", 2 * s.float32_bytes, s.trained_sharding))
+  if c.grpo.kl_coef > 0 and s.lora is None:
     comps.append(held(f"reference params ({s.compute})"))
   for name, source in env.extra_models.items():
     comps.append(held(f"{name} params ({source or 'a copy of the policy'})",
                       *param_bytes(models[name], s.sizes, s.compute_itemsize)))
-  if not env.extra_models:  # init_train_state copies the loaded params while they are alive.
-    comps.append(Component("init", "loaded params during init_train_state", s.master_bytes,
+  # init_train_state copies the loaded params while they are alive (a LoRA run loads its
+  # base in the compute dtype and keeps it: no copy).
+  if not env.extra_models and s.lora is None:
+    comps.append(Component("init", "loaded params during init_train_state", s.loaded_bytes,
                            s.sharding))
   return comps
 
@@ -177,7 +197,8 @@ def _sampler_phase(c, s: _Sharded, call: registry.SamplerCall, prompt_tokens: in
                        max_rows=c.sampling.max_rows, max_cache_tokens=c.sampling.max_cache_tokens,
                        per_prompt=call.rows_per_prompt)
   if s.copies:  # Made once per step; alive while the step plays.
-    comps.append(Component(comps[0].phase, f"policy weights for the sampler ({s.compute} copy)",
+    what = "base + adapters merged" if s.lora is not None else "copy"
+    comps.append(Component(comps[0].phase, f"policy weights for the sampler ({s.compute} {what})",
                            s.compute_bytes, s.sharding))
   return comps
 
@@ -212,16 +233,17 @@ def _train_phase(c, s: _Sharded, train: registry.TrainPhase,
   # batch and its micro-batch split.
   batch_bytes = 2 * batch_rows * (2 * (prompt_len + completion_len) + 2 * completion_len) * 4
   comps += [
-      Component(phase, "gradient accumulator (float32)", s.float32_bytes, s.sharding),
-      Component(phase, f"micro-batch gradients ({s.compute})", s.compute_bytes, s.sharding),
+      Component(phase, "gradient accumulator (float32)", s.float32_bytes, s.trained_sharding),
+      Component(phase, f"micro-batch gradients ({s.compute})", s.trained_compute_bytes,
+                s.trained_sharding),
       Component(phase, f"activations, {rows_per_device} rows, remat={c.grpo.remat}", activations,
                 f"rows/{s.data_shards} (data·fsdp)" if rows_per_device < micro_batch_rows
                 else "micro-batch whole", estimate=True),
       Component(phase, "batch arrays (host numpy: whole) + micro split", batch_bytes, "whole",
                 estimate=True)]
-  if s.copies:  # Cast once per update, alive through its micro-batches.
-    comps.append(Component(phase, f"weights of the forward ({s.compute} copy)", s.compute_bytes,
-                           s.sharding))
+  if s.compute != s.master:  # Cast once per update, alive through its micro-batches.
+    comps.append(Component(phase, f"trained weights of the forward ({s.compute} copy)",
+                           s.trained_compute_bytes, s.trained_sharding))
   return comps
 
 
@@ -241,14 +263,16 @@ def plan(c, num_devices: int, device_memory_bytes: int | None = None,
   for train in env.phases:
     comps += _train_phase(c, s, train, prompt_lengths)
   comps.append(Component("optimizer update", "gradients + fp32 params + updates (float32)",
-                         3 * s.float32_bytes, s.sharding, estimate=True))
+                         3 * s.float32_bytes, s.trained_sharding, estimate=True))
   notes = [*env.notes,
            f"prompt tokens per call before bucketing: {prompt_lengths} (--prompt_tokens=name=N)",
            "buckets as the sampler's and the train batch's; train rows split over data·fsdp",
            "params, optimizer state, KV caches: exact for these shapes; activations: estimates "
            f"(attention in blocks of {DEFAULT_BLOCK} queries)"]
   m = s.model
-  header = (f"{c.model.source}: {m.num_params() / 1e9:.2f}B params, {s.master} masters, "
+  lora = (f", LoRA rank {s.lora.rank} on {','.join(s.lora.targets)}" if s.lora is not None
+          else "")
+  header = (f"{c.model.source}: {m.num_params() / 1e9:.2f}B params{lora}, {s.master} masters, "
             f"{s.compute} compute, L{m.num_layers} D{m.hidden_size} H{m.num_heads} "
             f"K{m.num_kv_heads} V{m.vocab_size}\nmesh {s.sizes} "
             f"({math.prod(s.sizes.values())} of {num_devices} devices)")

@@ -59,14 +59,16 @@ def model_config_of(source: str) -> ModelConfig:
 
 
 @functools.lru_cache(maxsize=None)
-def _param_elems(config: ModelConfig, sizes: tuple[int, ...]) -> dict[str, int]:
+def _param_elems(config: ModelConfig, sizes: tuple[int, ...], lora=None) -> dict[str, int]:
   """Per-device parameter elements by sharding axes ("" = replicated), by
-  `rlsvr.model.params.spec_for`."""
+  `rlsvr.model.params.spec_for`; of the LoRA adapters alone with `lora` (a LoraConfig)."""
   import jax  # noqa: PLC0415
-  from rlsvr.model import params as params_lib, qwen3  # noqa: PLC0415
+  from rlsvr.model import lora as lora_lib, params as params_lib, qwen3  # noqa: PLC0415
 
   mesh, elems = jax.sharding.AbstractMesh(sizes, MESH_AXES), {}
-  for path, leaf in params_lib.flatten(qwen3.abstract_params(config)).items():
+  tree = qwen3.abstract_params(config) if lora is None else jax.eval_shape(
+      lambda key: lora_lib.init_adapters(config, lora, key), jax.random.key(0))
+  for path, leaf in params_lib.flatten(tree).items():
     spec = params_lib.spec_for(path, leaf.shape, mesh)
     axes = [a for entry in spec if entry for a in (entry if isinstance(entry, tuple) else (entry,))]
     key = "·".join(f"{a}{mesh.shape[a]}" for a in axes)
@@ -74,9 +76,11 @@ def _param_elems(config: ModelConfig, sizes: tuple[int, ...]) -> dict[str, int]:
   return elems
 
 
-def param_bytes(config: ModelConfig, sizes: dict[str, int], itemsize: int) -> tuple[int, str]:
-  """Per-device bytes of one copy of the parameters, and how they are sharded."""
-  elems = _param_elems(config, tuple(sizes[a] for a in MESH_AXES))
+def param_bytes(config: ModelConfig, sizes: dict[str, int], itemsize: int,
+                lora=None) -> tuple[int, str]:
+  """Per-device bytes of one copy of the parameters (with `lora`: of its adapters), and
+  how they are sharded."""
+  elems = _param_elems(config, tuple(sizes[a] for a in MESH_AXES), lora)
   total = sum(elems.values())
   return total * itemsize, ", ".join(f"{axes or 'replicated'} {100 * n / total:.3g}%" for axes, n
                                      in sorted(elems.items(), key=lambda kv: -kv[1]))

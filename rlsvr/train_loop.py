@@ -130,10 +130,11 @@ def _start(c, workdir: str) -> tuple[bool, Callable[..., None]]:
 
 def _build(c, grpo: GRPOConfig, env_spec: registry.EnvSpec, mesh):
   """(model config, fresh train state, experiment, tokenizer) of step 0."""
-  model_config, params, tokenizer = sources.load_model(
-      c.model.source, dtype=c.model.param_dtype, mesh=mesh if mesh.size > 1 else None,
-      seed=c.seed, tokenizer=c.model.tokenizer)
   lora = lora_lib.from_config(c.model.get("lora"))
+  # A LoRA run's base is frozen in the compute dtype: loaded in it, it is never copied.
+  model_config, params, tokenizer = sources.load_model(
+      c.model.source, dtype=c.model.compute_dtype if lora else c.model.param_dtype,
+      mesh=mesh if mesh.size > 1 else None, seed=c.seed, tokenizer=c.model.tokenizer)
   state = init_train_state(model_config, grpo, params, lora=lora, seed=c.seed)
   # The state holds its own copy of the masters; an environment may keep the initial
   # weights in the compute dtype (e.g. a fixed judge): a copy, as the masters are donated.

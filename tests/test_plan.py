@@ -70,7 +70,34 @@ def test_bf16_compute_counts_fp32_masters_and_bf16_copies():
   assert component(result, "resident", "AdamW").bytes == 8 * n
   assert component(result, "resident", "reference params (bfloat16)").bytes == 2 * n
   assert component(result, "sample: players", "policy weights for the sampler").bytes == 2 * n
-  assert component(result, "train: clue", "weights of the forward (bfloat16 copy)").bytes == 2 * n
+  assert component(result, "train: clue",
+                   "trained weights of the forward (bfloat16 copy)").bytes == 2 * n
+
+
+def test_lora_counts_the_frozen_base_and_the_adapters_as_peft_counts_them():
+  import peft
+  import transformers
+
+  from rlsvr.model import lora
+
+  c = smoke()
+  c.model.compute_dtype = "bfloat16"
+  c.model.lora.update(rank=8, targets="all")
+  result = plan.plan(c, 1, 16 * GIB)
+  hf_model = transformers.AutoModelForCausalLM.from_config(
+      transformers.AutoConfig.for_model(**TINY_QWEN3.to_hf_dict("float32")))
+  peft_model = peft.get_peft_model(hf_model, peft.LoraConfig(
+      r=8, lora_alpha=32, target_modules=[f"{t}_proj" for t in lora.TARGETS]))
+  adapters, _ = peft_model.get_nb_trainable_parameters()
+  n = TINY_QWEN3.num_params()
+  assert component(result, "resident", "LoRA adapters, rank 8 (float32").bytes == 4 * adapters
+  assert component(result, "resident", "AdamW").bytes == 8 * adapters
+  # The base is frozen in the compute dtype and is the reference: no other copy is held.
+  assert component(result, "resident", "frozen base params (bfloat16").bytes == 2 * n
+  assert result.resident_bytes == 2 * n + 12 * adapters and "init" not in result.phase_bytes()
+  assert component(result, "sample: players", "policy weights for the sampler").bytes == 2 * n
+  assert component(result, "train: clue", "gradient accumulator").bytes == 4 * adapters
+  assert component(result, "optimizer update", "gradients").bytes == 12 * adapters
 
 
 def test_kv_cache_sharded_over_batch_and_heads():

@@ -124,7 +124,8 @@ def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Para
 
   The reference weights are a frozen copy of `params` in the compute dtype when
   `config.kl_coef > 0`, else None. With `lora`, `params` become the frozen base (compute
-  dtype) and fresh adapters, drawn from `seed`, are what trains.
+  dtype; `params` themselves when they are in it) and fresh adapters, drawn from `seed`,
+  are what trains.
   """
   base, ref = None, None
   if lora is None:
@@ -132,7 +133,7 @@ def init_train_state(model_config: ModelConfig, config: GRPOConfig, params: Para
     ref = _copy_cast(params, config.dtype) if config.kl_coef > 0 else None
   else:
     lora.check(model_config)
-    base = _copy_cast(params, config.dtype)
+    base = cast_params(params, config.dtype)  # Never donated: no copy needed.
     init = functools.partial(lora_lib.init_adapters, model_config, lora,
                              dtype=jnp.dtype(config.param_dtype))
     key = jax.random.key(seed)
