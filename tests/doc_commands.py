@@ -213,8 +213,9 @@ def _export(argv):
   checkpoint, out = _flag(argv, "--checkpoint"), _flag(argv, "--out")
   if not (_local(checkpoint) and _local(out)):
     raise ValueError("export needs a relative --checkpoint and --out")
+  written = "adapter_config.json" if "--adapter" in argv else "config.json"  # PEFT's, or HF's.
   return Smoke(argv, checkpoint=checkpoint, writes=(os.path.normpath(out),),
-               expect_files=(os.path.join(out, "config.json"),))
+               expect_files=(os.path.join(out, written),))
 
 
 def _launch(argv):

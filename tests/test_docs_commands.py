@@ -42,7 +42,7 @@ The smoke form, rule by rule (first match wins; RULES in tests/doc_commands.py):
   `--workdir`.
 - `python -m rlsvr.plan ...`, `python -c CODE`: as written.
 - `python -m rlsvr.export --checkpoint runs/NAME --out DIR ...`: as written; it
-  must write `DIR/config.json`. When no earlier command of its page trains
+  must write `DIR/config.json` (with `--adapter`, PEFT's `DIR/adapter_config.json`). When no earlier command of its page trains
   `runs/NAME`, a smoke run trains it first: the config is the longest
   `configs/<stem>.py` whose stem starts NAME (`runs/spy_summ_cpu` ->
   `configs/spy_summ.py:smoke`, one step).
