@@ -16,7 +16,8 @@ used when `scripts/setup.sh` has fetched it. Parts:
           tokens), as a fraction of the memory-bandwidth roofline (weights and filled KV
           slots read once per step), and `transformers.generate` where torch has the GPU.
   train   GRPO update tokens/s and MFU of Qwen3-0.6B and -1.7B shapes, bf16 compute with
-          fp32 masters, remat off and on, whole rows and shared-prompt groups of 8.
+          fp32 masters, remat off and on, whole rows and shared-prompt groups of 8; and
+          LoRA rank 16 on every projection (remat on, groups; MFU counts 4N FLOPs a token).
   learn   `python -m rlsvr.train`: 10 steps of the length task of bench/learning_vs_trl.py
           on SmolLM2 (its reward must rise), with the step time split into play and update.
 
@@ -67,6 +68,7 @@ def planned_bytes(part: str, s: dict, row: dict) -> int | None:
   if part == "train":
     c.model.param_dtype, c.model.compute_dtype = "float32", row["compute"]
     c.grpo.remat, c.grpo.micro_batch_size = row["remat"], 0
+    c.model.lora.update(rank=row.get("lora_rank", 0), targets="all")
     r.prompts_per_step, r.group_size = s["train_rows"] // s["group"], s["group"]
     r.max_new_tokens = s["train_completion"]
     result = plan.plan(c, 1, estimates=Estimates(prompt_tokens=(("policy", s["train_prompt"]),)))
@@ -124,7 +126,8 @@ def table(results: dict) -> str:
             got += f", HF {row['transformers_tokens_per_s']:.0f} tok/s"
       elif part == "train":
         what = (f"{row['model']} {row['compute']} remat={row['remat']} {row['layout']} "
-                f"B={row['rows']} T={row['T']}")
+                f"B={row['rows']} T={row['T']}"
+                + (f" LoRA r{row['lora_rank']}" if row.get("lora_rank") else ""))
         got = f"{row['tokens_per_s']:.0f} tok/s" + (
             f", MFU {100 * row['mfu']:.1f}%" if "mfu" in row else "") + \
             f", compile {row['compile_s']:.0f} s"

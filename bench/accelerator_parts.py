@@ -17,7 +17,8 @@ SIZES = {
                 decode_prompts=(512, 2048), new_tokens=128, hf_generate_max_batch=128,
                 train_models=("qwen3-0.6b", "qwen3-1.7b"), train_rows=32, train_prompt=512,
                 train_completion=512, group=8, train_remat=(False, True),
-                train_layouts=(False, True), learn_config="configs/rlvr_math.py",
+                train_layouts=(False, True), train_lora_rank=16,
+                learn_config="configs/rlvr_math.py",
                 learn_model="smollm2", learn_sizes=dict(steps=10, prompts_per_step=8,
                                                         group_size=8, max_new_tokens=16)),
     # The tiniest shapes that run every line: compiles are most of a smoke run's time.
@@ -25,7 +26,7 @@ SIZES = {
                decode_batches=(2,), decode_prompts=(8,), new_tokens=16,
                hf_generate_max_batch=2, train_models=("smoke",), train_rows=4, train_prompt=8,
                train_completion=8, group=2, train_remat=(True,), train_layouts=(True,),
-               learn_config="configs/rlvr_math.py:smoke", learn_model="", learn_sizes={}),
+               train_lora_rank=2, learn_config="configs/rlvr_math.py:smoke", learn_model="", learn_sizes={}),
 }
 SMOKE_MODEL = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                    num_attention_heads=2, num_key_value_heads=1, head_dim=16,
@@ -165,6 +166,7 @@ def part_train(s: dict) -> list[dict]:
 
   from rlsvr.rl.batch import build_batch  # noqa: PLC0415
   from rlsvr.rl.rollout import Trajectory  # noqa: PLC0415
+  from rlsvr.model import lora as lora_lib  # noqa: PLC0415
   from rlsvr.rl.train_step import GRPOConfig, init_train_state, train_step  # noqa: PLC0415
 
   device = jax.local_devices()[0]
@@ -180,28 +182,34 @@ def part_train(s: dict) -> list[dict]:
                          completion_ids=rng.integers(1, config.vocab_size, c_len).tolist(),
                          logprobs=[-1.0] * c_len, reward=float(rng.normal()),
                          group_id=k // s["group"], role="policy") for k in range(n)]
-    for remat in s["train_remat"]:
+    # Full weights at every setting, then LoRA (every projection) with remat on, grouped.
+    lora = lora_lib.LoraConfig(rank=s["train_lora_rank"], alpha=2.0 * s["train_lora_rank"],
+                               targets=tuple(lora_lib.TARGETS))
+    settings = [(remat, share, None) for remat in s["train_remat"]
+                for share in s["train_layouts"]] + [(True, True, lora)]
+    for remat, share, row_lora in settings:
       grpo = GRPOConfig(lr=1e-6, remat=remat, param_dtype="float32", compute_dtype=compute)
-      for share in s["train_layouts"]:
-        layout = f"groups of {s['group']}" if share else "whole rows"
-        batch = build_batch(played, grpo, share_prompts=share)
-        state = init_train_state(config, grpo, params)
-        t0 = time.perf_counter()
+      layout = f"groups of {s['group']}" if share else "whole rows"
+      batch = build_batch(played, grpo, share_prompts=share)
+      state = init_train_state(config, grpo, params, lora=row_lora)
+      t0 = time.perf_counter()
+      state, metrics = train_step(state, batch)
+      jax.block_until_ready(metrics)
+      compile_s = time.perf_counter() - t0
+      t0 = time.perf_counter()
+      for _ in range(3):
         state, metrics = train_step(state, batch)
-        jax.block_until_ready(metrics)
-        compile_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for _ in range(3):
-          state, metrics = train_step(state, batch)
-        jax.block_until_ready(metrics)
-        step_s = (time.perf_counter() - t0) / 3
-        tokens = n * (p_len + c_len)  # Whole rows on both layouts: a ratio of times.
-        row = {"model": name, "compute": compute, "remat": remat, "layout": layout, "rows": n,
-               "T": p_len + c_len, "tokens_per_s": tokens / step_s, "compile_s": compile_s}
-        if peak:
-          row["mfu"] = 6 * config.num_params() * tokens / step_s / (peak * 1e12)
-        rows.append(row)
-        del state
+      jax.block_until_ready(metrics)
+      step_s = (time.perf_counter() - t0) / 3
+      tokens = n * (p_len + c_len)  # Whole rows on both layouts: a ratio of times.
+      row = {"model": name, "compute": compute, "remat": remat, "layout": layout, "rows": n,
+             "T": p_len + c_len, "tokens_per_s": tokens / step_s, "compile_s": compile_s,
+             "lora_rank": row_lora.rank if row_lora else 0}
+      if peak:  # LoRA: no weight gradients of the base, so 4N FLOPs a token, not 6N.
+        flops = (4 if row_lora else 6) * config.num_params() * tokens
+        row["mfu"] = flops / step_s / (peak * 1e12)
+      rows.append(row)
+      del state
   return rows
 
 

@@ -13,6 +13,8 @@ From a fresh clone (the TRL venv as in ../shared/TOOLCHAIN.md, "Peers for side-b
   # `--seeds 0` now and `--seeds 0,1 --reuse` later runs seed 1 only.
   .venv/bin/python bench/learning_vs_trl.py --task length --steps 2 --prompts-per-step 2 \
       --group-size 4 --max-new-tokens 8 --out /tmp/lvt     # a ~3-minute end-to-end check
+  # LoRA on both sides (TRL with a peft LoraConfig: pip install peft==0.21.2 there too):
+  .venv/bin/python bench/learning_vs_trl.py --task length --lora-rank 16 --lr 2e-4
 
 Both sides: SmolLM2-135M-Instruct in float32 on the CPU, the same prompts in the same
 order, the same reward function objects (bench/learning_rewards.py), P prompts x G
@@ -35,6 +37,10 @@ Tasks: `length`: chat prompts (one user turn) and `length_reward`, -|20 - chars|
 always ends with the generation prompt), so on both sides the prompt is plain text: the
 chat template applied to the question, then the prefill "The final answer is $\boxed{";
 the reward functions prepend the prefill to the completion before scoring.
+
+With --lora-rank R both sides train adapters of rank R (alpha --lora-alpha, on
+--lora-targets, dropout 0, no bias) on the frozen model: ours `model.lora.*`, TRL's
+`peft_config`. Their A matrices are drawn from different RNGs (the same distribution).
 
 Differences left: the samples themselves (different RNGs, JAX vs torch kernels); TRL's
 advantage is (r - mean) / (std + 1e-4), ours / (std + 1e-6); TRL excludes biases and
@@ -130,6 +136,13 @@ def trl_steps(records: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
   return out
 
 
+def same_prompts(ours: Sequence[Any], trl: Sequence[Any]) -> bool:
+  """Whether both sides' prompts of a step are the same texts: our rollout records hold a
+  chat prompt's user text, TRL's the messages."""
+  text = lambda p: p if isinstance(p, str) else p[-1]["content"]
+  return [text(p) for p in ours] == [text(p) for p in trl]
+
+
 def timing(runs: Sequence[Sequence[dict[str, float]]], skip_first: bool = True) -> dict:
   """Mean sample/update/step seconds over steps (all seeds), step 1 left out when asked and
   there are later steps; plus the mean first step."""
@@ -201,6 +214,9 @@ def ours_worker(spec_path: str) -> None:
                                                                             "grpo", True)
   g.updates_per_batch, g.rollout_is, g.filter_groups, g.overlong_buffer = 1, "none", False, 0
   g.micro_batch_size, g.remat = 0, False  # One pass over the whole batch, as TRL's.
+  if s.get("lora"):
+    c.model.lora.update(rank=s["lora"]["rank"], alpha=s["lora"]["alpha"],
+                        targets=",".join(s["lora"]["targets"]))
   c.checkpoint.every, c.log.tensorboard = s["steps"], False
   runtime.set_host_devices()  # As `rlsvr.train.main` does.
   t0 = time.time()
@@ -271,7 +287,9 @@ def run_seed(args, seed: int, rows: list[dict], chat: bool, model_dir: str) -> d
                 prompts_per_step=args.prompts_per_step, group_size=args.group_size,
                 max_new_tokens=args.max_new_tokens, temperature=1.0, lr=args.lr,
                 weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
-                clip_eps=args.clip_eps, reward_funcs=funcs, reward_weights=weights)
+                clip_eps=args.clip_eps, reward_funcs=funcs, reward_weights=weights,
+                lora=dict(rank=args.lora_rank, alpha=args.lora_alpha,
+                          targets=args.lora_targets.split(",")) if args.lora_rank else None)
   workdir = os.path.join(d, "ours")
   shutil.rmtree(workdir, ignore_errors=True)  # A fresh run, never a resume.
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
@@ -306,7 +324,7 @@ def run_seed(args, seed: int, rows: list[dict], chat: bool, model_dir: str) -> d
   for o, t in zip(ours, trl):
     prompts, o["completion_tokens"] = ours_rollouts(workdir, o["step"])
     t["completion_tokens"] = raw_trl[t["step"]]["completion_tokens"]
-    prompts_match.append(prompts == raw_trl[t["step"]]["prompts"])
+    prompts_match.append(same_prompts(prompts, raw_trl[t["step"]]["prompts"]))
   checks = {"prompts_match": prompts_match,
             "prompt_ids_match": ours_out["prompt_ids_0"] == raw_trl[1]["prompt_ids_0"],
             "trl_generation_config": trl_out["generation_config"]}
@@ -358,6 +376,9 @@ def main() -> None:
   p.add_argument("--weight-decay", type=float, default=0.0)
   p.add_argument("--max-grad-norm", type=float, default=1.0)
   p.add_argument("--clip-eps", type=float, default=0.2)
+  p.add_argument("--lora-rank", type=int, default=0, help="0: full weights on both sides")
+  p.add_argument("--lora-alpha", type=float, default=32.0)
+  p.add_argument("--lora-targets", default="q,k,v,o,gate,up,down")
   p.add_argument("--last-k", type=int, default=5)
   p.add_argument("--data-limit", type=int, default=0, help="prompts kept (0: all / 64 GSM8K)")
   p.add_argument("--out", default="runs/learning_vs_trl")
@@ -385,7 +406,8 @@ def main() -> None:
     json.dump(result, f, indent=1)
   plot(os.path.join(args.out, "learning_vs_trl.png"), runs,
        f"{args.task}: {args.prompts_per_step}x{args.group_size}, {args.max_new_tokens} tokens, "
-       f"lr {args.lr:g}, seeds {args.seeds}")
+       f"lr {args.lr:g}, seeds {args.seeds}"
+       + (f", LoRA r{args.lora_rank}" if args.lora_rank else ""))
   print(f"{'step':>4} | {'ours reward':>11} {'tokens':>6} {'sample':>6} {'update':>6} | "
         f"{'TRL reward':>10} {'tokens':>6} {'sample':>6} {'update':>6}")
   o_mean = curve_stats([[s["reward"] for s in r["ours"]] for r in runs])[0]

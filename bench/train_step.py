@@ -8,6 +8,8 @@
       --batch 16 --rows-per-prompt 8                 # GRPO groups: also the shared layout
   python bench/train_step.py --models qwen3-0.6b --dtype bfloat16 --seq-lens 2048 \
       --batch 4 --remat --no-torch                   # on a GPU: also prints MFU
+  python bench/train_step.py --models smollm2-135m,qwen3-0.6b --seq-lens 128 --lora-rank 16
+                                                     # also LoRA: ours vs torch + peft
 
 For each model and sequence length both sides run the same computation on the
 same weights: token logprobs of a (B, T) batch whose last --completion-len columns
@@ -24,6 +26,12 @@ prompt of a GRPO group); ours then also runs the batch laid out by
 `build_batch(share_prompts=True)`, each prompt's forward once per group (layout
 "shared"), against the same torch step on whole rows, which is what TRL runs. The
 tokens/s count whole rows on every side, so the ratio is a ratio of times.
+
+With --lora-rank R a "lora" row follows, both sides training rank-R adapters on
+--lora-targets of the frozen model (ours `model.lora`; torch a `peft.get_peft_model`
+model, AdamW over the adapters alone). "state MiB" is what the update keeps between
+steps: ours the train state's arrays (masters or adapters, AdamW moments, frozen base,
+reference), torch the module's parameters and AdamW's state.
 """
 from __future__ import annotations
 
@@ -52,6 +60,9 @@ _ARGS.add_argument("--rows-per-prompt", type=int, default=1,
                    help="rows per shared prompt (groups); > 1 adds the shared-prompt layout")
 _ARGS.add_argument("--completion-len", type=int, default=0,
                    help="completion columns of each row (default: its second half)")
+_ARGS.add_argument("--lora-rank", type=int, default=0,
+                   help="> 0: also a LoRA row (ours and torch + peft) with this rank")
+_ARGS.add_argument("--lora-targets", default="q,k,v,o,gate,up,down")
 _ARGS.add_argument("--profile", default="",
                    help="write a jax.profiler trace of our timed steps under this folder")
 FLAGS = _ARGS.parse_args()
@@ -67,7 +78,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from rlsvr import parallel  # noqa: E402
-from rlsvr.model import hf, qwen3  # noqa: E402
+from rlsvr.model import hf, lora as lora_lib, qwen3  # noqa: E402
 from rlsvr.model.config import ModelConfig, preset  # noqa: E402
 from rlsvr.rl.batch import build_batch  # noqa: E402
 from rlsvr.rl.logprobs import token_logprobs  # noqa: E402
@@ -145,10 +156,16 @@ def layouts():
   return out
 
 
-def time_ours(config, params, batch, grpo_config, steps, mesh=None, profile=""):
+def nbytes(tree) -> int:
+  return sum(x.nbytes for x in jax.tree.leaves(tree))
+
+
+def time_ours(config, params, batch, grpo_config, steps, mesh=None, profile="", lora=None):
+  """(seconds per step, first step's seconds, pg_loss, state bytes)."""
   if mesh is not None:
     params, batch = parallel.shard_params(params, mesh), parallel.put_batch(batch, mesh)
-  state = init_train_state(config, grpo_config, params)
+  state = init_train_state(config, grpo_config, params, lora=lora)
+  state_bytes = nbytes((state.params, state.opt_state, state.ref_params, state.base))
   t0 = time.perf_counter()
   state, metrics = train_step(state, batch)
   jax.block_until_ready((state.params, metrics))
@@ -162,13 +179,22 @@ def time_ours(config, params, batch, grpo_config, steps, mesh=None, profile=""):
   seconds = (time.perf_counter() - t0) / steps
   if profile:
     jax.profiler.stop_trace()
-  return seconds, compile_s, float(metrics["actor/pg_loss"])
+  return seconds, compile_s, float(metrics["actor/pg_loss"]), state_bytes
 
 
-def time_torch(model, batch, grpo_config, steps):
+def time_torch(model, batch, grpo_config, steps, lora=None):
+  """(seconds per step, pg_loss, bytes of the parameters and AdamW's state)."""
   import torch
+  if lora is not None:
+    import copy
+
+    import peft
+    model = peft.get_peft_model(copy.deepcopy(model), peft.LoraConfig(
+        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=0.0, bias="none",
+        target_modules=[f"{t}_proj" for t in lora.targets])).get_base_model()
   model.train()
-  opt = torch.optim.AdamW(model.parameters(), lr=grpo_config.lr, betas=(grpo_config.b1,
+  trained = [p for p in model.parameters() if p.requires_grad]
+  opt = torch.optim.AdamW(trained, lr=grpo_config.lr, betas=(grpo_config.b1,
                           grpo_config.b2), eps=grpo_config.adam_eps,
                           weight_decay=grpo_config.weight_decay)
   tokens = torch.tensor(batch["tokens_BxT"], dtype=torch.long)
@@ -192,16 +218,19 @@ def time_torch(model, batch, grpo_config, steps):
                                                             1 + grpo_config.clip_high))
     loss = (losses * mask).sum() / mask.sum()
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), grpo_config.max_grad_norm)
+    torch.nn.utils.clip_grad_norm_(trained, grpo_config.max_grad_norm)
     opt.step()
     opt.zero_grad(set_to_none=True)
     return loss.item()
 
   step()  # warm-up: allocator and optimizer state
+  state_bytes = sum(p.numel() * p.element_size() for p in model.parameters()) + sum(
+      t.numel() * t.element_size() for st in opt.state.values() for t in st.values()
+      if torch.is_tensor(t))
   t0 = time.perf_counter()
   for _ in range(steps):
     loss = step()
-  return (time.perf_counter() - t0) / steps, loss
+  return (time.perf_counter() - t0) / steps, loss, state_bytes
 
 
 def peak_tflops() -> float | None:
@@ -217,9 +246,12 @@ def main():
         f"load: {os.getloadavg()}")
   grpo_config = GRPOConfig(lr=1e-6, micro_batch_size=args.micro_batch, remat=args.remat,
                            param_dtype=args.param_dtype, compute_dtype=args.dtype)
+  lora = (lora_lib.LoraConfig(rank=args.lora_rank, alpha=2.0 * args.lora_rank,
+                              targets=tuple(args.lora_targets.split(",")))
+          if args.lora_rank else None)
   header = (f"{'model':<14}{'T':>6}{'B':>4} {'layout':<10}{'ours tok/s':>11} "
             f"{'torch tok/s':>12} {'ratio':>7}")
-  print(header + f" {'compile s':>10} {'pg_loss ours/torch':>20}")
+  print(header + f" {'compile s':>10} {'pg_loss ours/torch':>20} {'state MiB ours/torch':>21}")
   for name in args.models.split(","):
     config, params, model = make_models(name, args.dtype, not args.no_torch)
     n_params = config.num_params()
@@ -227,22 +259,28 @@ def main():
       batch = make_batch(config, params, args.batch, seq_len, args.rows_per_prompt,
                          args.completion_len)
       tokens = args.batch * seq_len
-      torch_s = torch_loss = None
-      if model is not None:
-        torch_s, torch_loss = time_torch(model, batch, grpo_config, args.steps)
-      runs = [(layout, mesh, batch) for layout, mesh in layouts()]
+      runs = [(layout, mesh, batch, None) for layout, mesh in layouts()]
       if args.rows_per_prompt > 1:
-        runs.append(("shared", None, shared_prompt_batch(batch, grpo_config)))
-      for layout, mesh, batch in runs:
+        runs.append(("shared", None, shared_prompt_batch(batch, grpo_config), None))
+      if lora is not None:
+        runs.append((f"lora r{lora.rank}", None, batch, lora))
+      torch_runs = {}  # Full weights, and LoRA: the torch step each of our rows compares with.
+      for layout, mesh, batch, row_lora in runs:
+        if model is not None and row_lora not in torch_runs:
+          torch_runs[row_lora] = time_torch(model, batch, grpo_config, args.steps, row_lora)
+        torch_s, torch_loss, torch_bytes = torch_runs.get(row_lora, (None, None, None))
         profile = os.path.join(args.profile, f"{name}_T{seq_len}_{layout.replace(' ', '')}")
-        ours_s, compile_s, ours_loss = time_ours(config, params, batch, grpo_config, args.steps,
-                                                 mesh, profile if args.profile else "")
+        ours_s, compile_s, ours_loss, ours_bytes = time_ours(
+            config, params, batch, grpo_config, args.steps, mesh,
+            profile if args.profile else "", row_lora)
         line = f"{name:<14}{seq_len:>6}{args.batch:>4} {layout:<10}{tokens / ours_s:>11.0f}"
+        mib = lambda b: f"{b / 2**20:.0f}" if b is not None else "-"
         if torch_s is not None:
           line += f" {tokens / torch_s:>12.0f} {torch_s / ours_s:>7.2f}"
           line += f" {compile_s:>10.1f} {ours_loss:>9.4f}/{torch_loss:.4f}"
         else:
-          line += f" {'-':>12} {'-':>7} {compile_s:>10.1f}"
+          line += f" {'-':>12} {'-':>7} {compile_s:>10.1f} {'-':>20}"
+        line += f" {mib(ours_bytes) + '/' + mib(torch_bytes):>21}"
         peak = peak_tflops()
         if peak:
           mfu = 6 * n_params * tokens / ours_s / (peak * 1e12)

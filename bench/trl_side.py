@@ -92,7 +92,15 @@ def main(spec_path: str) -> None:
         mask_truncated_completions=False, top_entropy_quantile=1.0, entropy_coef=0.0,
         # Off, as on our side (remat=False): a speed setting, no effect on the numbers.
         gradient_checkpointing=False, disable_dropout=True, remove_unused_columns=False)
-    trainer = Timed(model=model, processing_class=tokenizer, args=args,
+    peft_config = None
+    if spec.get("lora"):  # Adapters on the frozen model, as ours (`model.lora`).
+      import peft  # noqa: PLC0415
+
+      peft_config = peft.LoraConfig(
+          r=spec["lora"]["rank"], lora_alpha=spec["lora"]["alpha"], lora_dropout=0.0,
+          bias="none", task_type="CAUSAL_LM",
+          target_modules=[f"{t}_proj" for t in spec["lora"]["targets"]])
+    trainer = Timed(model=model, processing_class=tokenizer, args=args, peft_config=peft_config,
                     reward_funcs=[resolve(r) for r in spec["reward_funcs"]],
                     train_dataset=datasets.Dataset.from_list(rows), callbacks=[Clock()])
     gen = trainer.generation_config
@@ -106,7 +114,9 @@ def main(spec_path: str) -> None:
          "generation_config": generation, "load_s": t_train - t_start,
          "train_s": t_end - t_train, "versions": {"trl": trl.__version__,
                                                    "transformers": transformers.__version__,
-                                                   "torch": torch.__version__},
+                                                   "torch": torch.__version__,
+                                                   **({"peft": peft.__version__}
+                                                      if peft_config else {})},
          "torch_threads": torch.get_num_threads()}
   with open(spec["out"], "w", encoding="utf-8") as f:
     json.dump(out, f, indent=1, default=str)

@@ -26,8 +26,10 @@ def test_the_smoke_check_runs_every_in_process_part(tmp_path):
   (decode,) = results["decode"]["rows"]
   assert decode["tokens_per_s"] > 0 and decode["transformers_tokens_per_s"] > 0
   assert 0 < decode["roofline_measured"]
-  (train,) = results["train"]["rows"]
+  train, lora = results["train"]["rows"]
   assert train["tokens_per_s"] > 0 and train["layout"] == "groups of 2" and train["remat"]
+  assert lora["tokens_per_s"] > 0 and lora["lora_rank"] == 2 and train["lora_rank"] == 0
+  assert "LoRA r2" in check.table(results)
 
 
 def test_a_failing_part_is_a_row_of_the_table_and_fails_the_check(monkeypatch):
@@ -58,6 +60,9 @@ def test_memory_estimates_are_the_planners_for_the_parts_shapes():
                                               "remat": True})
   # fp32 masters + AdamW's two moments alone are 12 bytes a parameter (0.6B: 6.7 GiB).
   assert 6.7 * gib < train < 40 * gib
+  lora = check.planned_bytes("train", full, {"model": "qwen3-0.6b", "compute": "bfloat16",
+                                             "remat": True, "lora_rank": 16})
+  assert lora < train - 5 * gib  # No fp32 masters or moments of the 0.6B base weights.
   small = check.planned_bytes("decode", full, {"model": "qwen3-0.6b", "dtype": "bfloat16",
                                                "batch": 32, "prompt": 512, "new_tokens": 128})
   large = check.planned_bytes("decode", full, {"model": "qwen3-0.6b", "dtype": "bfloat16",

@@ -80,3 +80,10 @@ def test_finished_seed_is_reused_only_with_the_same_settings(tmp_path):
   assert lvt.finished_seed(str(tmp_path), other) is None
   (tmp_path / lvt.RESULT).write_text('{"seed": 1, "ours"')  # Torn write.
   assert lvt.finished_seed(str(tmp_path), specs) is None
+
+
+def test_prompts_match_in_both_forms():
+  chat = [[{"role": "user", "content": "Say hello."}], [{"role": "user", "content": "Hi?"}]]
+  assert lvt.same_prompts(["Say hello.", "Hi?"], chat)
+  assert lvt.same_prompts(["Say hello.", "Hi?"], ["Say hello.", "Hi?"])
+  assert not lvt.same_prompts(["Hi?", "Say hello."], chat)

@@ -3,8 +3,6 @@ that its rewards spread): it trains the adapters alone, resumes exactly, and exp
 PEFT adapter that transformers and peft load with our logits."""
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,8 +14,6 @@ from rlsvr.model import hf, lora, qwen3, sources
 from rlsvr.model.params import flatten as _flat
 from configs.rlvr_math import get_config
 from tests.model.hf_reference import hf_logits, left_padded
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def lora_smoke_config(steps, data):
@@ -82,12 +78,9 @@ def test_a_lora_run_exports_merged_weights_and_a_peft_adapter(runs, tmp_path):
                                 mask))[real]
   assert np.abs(ours - np.asarray(qwen3.apply(config, base, tokens, mask))[real]).max() > 1e-3
 
-  # Merged: the command line's default form.
-  proc = subprocess.run([sys.executable, "-m", "rlsvr.export", "--checkpoint", straight,
-                         "--out", str(tmp_path / "merged"), "--dtype", "float32"], cwd=REPO,
-                        capture_output=True, text=True, timeout=300,
-                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  # Merged weights: the export's default form (its command line: docs/training.md's, run
+  # by tests/test_docs_commands.py with --adapter too).
+  export.export(straight, str(tmp_path / "merged"), dtype="float32")
   merged = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "merged",
                                                              dtype=torch.float32).eval()
   np.testing.assert_allclose(hf_logits(merged, tokens, mask)[real], ours, atol=1e-4)

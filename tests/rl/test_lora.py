@@ -113,8 +113,8 @@ def plain_lora_update(params, adapters, batch, cfg, lora):  # noqa: F811
 
 
 @pytest.mark.parametrize("micro,mesh_shape,lora", [
-    (0, None, ALL), (1, None, ALL), (0, {"data": 2, "tensor": 2}, ALL), (0, None, SOME)],
-    ids=["whole", "micro1", "mesh", "q_v_layer1"])
+    (1, None, ALL), (0, {"data": 2, "tensor": 2}, ALL), (0, None, SOME)],
+    ids=["micro1", "mesh", "q_v_layer1"])
 def test_the_lora_update_equals_the_update_written_plainly(params, batch, micro,  # noqa: F811
                                                            mesh_shape, lora):
   cfg = dataclasses.replace(BASE, micro_batch_size=micro)
@@ -152,7 +152,7 @@ def test_the_reference_is_the_base_model(params, batch):  # noqa: F811
 
 # The layouts and splits of test_shared_prompts, under LoRA: updates > 1 score the old
 # policy in a no-gradient pass that must read the adapters too.
-@pytest.mark.parametrize("updates,micro", [(2, 4), (1, 0)])
+@pytest.mark.parametrize("updates,micro", [(2, 4)])
 def test_the_lora_update_is_the_same_in_both_layouts(params, updates, micro):  # noqa: F811
   cfg = dataclasses.replace(BASE, updates_per_batch=updates, micro_batch_size=micro)
   rows = played_rows()
