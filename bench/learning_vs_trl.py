@@ -39,8 +39,8 @@ chat template applied to the question, then the prefill "The final answer is $\b
 the reward functions prepend the prefill to the completion before scoring.
 
 With --lora-rank R both sides train adapters of rank R (alpha --lora-alpha, on
---lora-targets, dropout 0, no bias) on the frozen model: ours `model.lora.*`, TRL's
-`peft_config`. Their A matrices are drawn from different RNGs (the same distribution).
+--lora-targets, dropout --lora-dropout, no bias) on the frozen model: ours `model.lora.*`,
+TRL's `peft_config`. Their A matrices are drawn from different RNGs (the same distribution).
 
 Differences left: the samples themselves (different RNGs, JAX vs torch kernels); TRL's
 advantage is (r - mean) / (std + 1e-4), ours / (std + 1e-6); TRL excludes biases and
@@ -216,7 +216,7 @@ def ours_worker(spec_path: str) -> None:
   g.micro_batch_size, g.remat = 0, False  # One pass over the whole batch, as TRL's.
   if s.get("lora"):
     c.model.lora.update(rank=s["lora"]["rank"], alpha=s["lora"]["alpha"],
-                        targets=",".join(s["lora"]["targets"]))
+                        targets=",".join(s["lora"]["targets"]), dropout=s["lora"]["dropout"])
   c.checkpoint.every, c.log.tensorboard = s["steps"], False
   runtime.set_host_devices()  # As `rlsvr.train.main` does.
   t0 = time.time()
@@ -289,7 +289,8 @@ def run_seed(args, seed: int, rows: list[dict], chat: bool, model_dir: str) -> d
                 weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
                 clip_eps=args.clip_eps, reward_funcs=funcs, reward_weights=weights,
                 lora=dict(rank=args.lora_rank, alpha=args.lora_alpha,
-                          targets=args.lora_targets.split(",")) if args.lora_rank else None)
+                          targets=args.lora_targets.split(","), dropout=args.lora_dropout)
+                if args.lora_rank else None)
   workdir = os.path.join(d, "ours")
   shutil.rmtree(workdir, ignore_errors=True)  # A fresh run, never a resume.
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
@@ -379,6 +380,7 @@ def main() -> None:
   p.add_argument("--lora-rank", type=int, default=0, help="0: full weights on both sides")
   p.add_argument("--lora-alpha", type=float, default=32.0)
   p.add_argument("--lora-targets", default="q,k,v,o,gate,up,down")
+  p.add_argument("--lora-dropout", type=float, default=0.0)
   p.add_argument("--last-k", type=int, default=5)
   p.add_argument("--data-limit", type=int, default=0, help="prompts kept (0: all / 64 GSM8K)")
   p.add_argument("--out", default="runs/learning_vs_trl")

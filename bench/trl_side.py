@@ -97,7 +97,8 @@ def main(spec_path: str) -> None:
       import peft  # noqa: PLC0415
 
       peft_config = peft.LoraConfig(
-          r=spec["lora"]["rank"], lora_alpha=spec["lora"]["alpha"], lora_dropout=0.0,
+          r=spec["lora"]["rank"], lora_alpha=spec["lora"]["alpha"],
+          lora_dropout=spec["lora"].get("dropout", 0.0),
           bias="none", task_type="CAUSAL_LM",
           target_modules=[f"{t}_proj" for t in spec["lora"]["targets"]])
     trainer = Timed(model=model, processing_class=tokenizer, args=args, peft_config=peft_config,

@@ -44,6 +44,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.lora.alpha = 32.0
   c.model.lora.targets = "q,v"
   c.model.lora.layers = ""
+  c.model.lora.dropout = 0.0  # PEFT's lora_dropout on the adapters' input, in training.
 
   c.data = ml_collections.ConfigDict()
   c.data.source = "hub"  # "hub" (the task's dataset), "bundled", a hub name, or a local file.

@@ -20,7 +20,7 @@ def lora_smoke_config(steps, data):
   c = get_config("smoke")
   c.steps, c.checkpoint.every, c.data.source = steps, 1, data
   c.reward_fn.reward_funcs, c.reward_fn.reward_weights = "tests.rewards.trl_examples:char_length", ""
-  c.model.lora.update(rank=4, alpha=8.0, targets="all", layers="1")
+  c.model.lora.update(rank=4, alpha=8.0, targets="all", layers="1", dropout=0.1)
   c.grpo.lr = 1e-2  # Visible adapter moves in two steps.
   return c
 
@@ -42,8 +42,8 @@ def runs(tmp_path_factory):
 def test_a_lora_run_trains_the_adapters_and_resumes_exactly(runs):
   straight, resumed = runs
   step, config, adapters, meta = checkpoint.restore_trained(_ckpts(straight))
-  assert step == 2 and meta["lora"] == {"rank": 4, "alpha": 8.0,
-                                        "targets": list(lora.TARGETS), "layers": [1]}
+  assert step == 2 and meta["lora"] == {"rank": 4, "alpha": 8.0, "targets": list(lora.TARGETS),
+                                        "layers": [1], "dropout": 0.1}
   assert sorted(_flat(adapters)) == sorted(lora.from_dict(meta["lora"]).paths())
   # Layer 0 has no adapter: nothing reaches it (weight decay shrinks its A, B stays 0).
   assert all(not np.asarray(x)[0].any() for p, x in _flat(adapters).items()

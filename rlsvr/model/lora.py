@@ -2,14 +2,17 @@
 
   lora = LoraConfig(rank=16, alpha=32, targets=("q", "v"))
   adapters = init_adapters(model_config, lora, key)        # {"layers": {"attn": {"q_lora_a": ..}}}
-  weights = attach(model_config, lora, base, adapters)     # what `qwen3.forward` reads
+  weights = attach(model_config, lora, base, adapters[, dropout_key])  # what `qwen3.forward` reads
   merged = merge(model_config, lora, base, adapters, dtype)  # W + alpha/r * A @ B, for sampling
   save_peft_adapter(dir, model_config, lora, adapters, base_model_name)
 
 A target projection W (ours [L, in..., out...]) gets A [L, in..., r] and B [L, r, out...];
 `layer` adds (x @ A) @ B, with B scaled by alpha/r (0 in layers the adapter leaves out), to
 x @ W. A is PEFT's default init (kaiming-uniform with a=sqrt(5): U(-1/sqrt(in), 1/sqrt(in)))
-and B is zero, so a fresh adapter leaves the model exactly as it was. The adapters' paths,
+and B is zero, so a fresh adapter leaves the model exactly as it was. With `dropout` p > 0
+and a key, each adapter's input is dropped as PEFT's `lora_dropout` drops it (zero with
+probability p, else scaled by 1 / (1 - p); the base's matmul sees x unchanged), with its own
+mask per projection and layer. The adapters' paths,
 "layers/attn/q_lora_a" and so on, are in `rlsvr.model.params.ADAPTERS`, which shards them:
 A as its weight's input dims, B as its output dims, the rank never.
 
@@ -47,16 +50,20 @@ TARGETS = {"q": "layers/attn/q_proj", "k": "layers/attn/k_proj", "v": "layers/at
 @dataclasses.dataclass(frozen=True)
 class LoraConfig:
   """rank r, alpha (the update is scaled by alpha / r), the adapted projections (PEFT's
-  default for Qwen and Llama: q and v) and the layers that get adapters (empty: all)."""
+  default for Qwen and Llama: q and v), the layers that get adapters (empty: all) and the
+  dropout rate of the adapters' input in training."""
 
   rank: int
   alpha: float
   targets: tuple[str, ...] = ("q", "v")
   layers: tuple[int, ...] = ()
+  dropout: float = 0.0
 
   def __post_init__(self):
     if self.rank < 1:
       raise ValueError(f"LoRA rank={self.rank} must be >= 1")
+    if not 0.0 <= self.dropout < 1.0:
+      raise ValueError(f"LoRA dropout={self.dropout} must be in [0, 1)")
     unknown = sorted(set(self.targets) - set(TARGETS))
     if unknown or not self.targets or len(set(self.targets)) != len(self.targets):
       raise ValueError(f"LoRA targets={self.targets!r}: name each once, from {sorted(TARGETS)}")
@@ -105,13 +112,30 @@ def _scaled_b(config: ModelConfig, lora: LoraConfig, b):
   return b * scales.reshape(-1, *([1] * (b.ndim - 1)))
 
 
-def attach(config: ModelConfig, lora: LoraConfig, base: Params, adapters: Params) -> Params:
+def attach(config: ModelConfig, lora: LoraConfig, base: Params, adapters: Params,
+           dropout_key: jax.Array | None = None) -> Params:
   """The weights the forward reads: `base` with each layer's adapters beside its weights,
-  B already scaled (differentiable in `adapters`; `base` is left as it is)."""
+  B already scaled (differentiable in `adapters`; `base` is left as it is). With a
+  `dropout_key` and `lora.dropout` > 0, each layer's part also gets its key and keep
+  rate (`dropout` reads them)."""
   flat = params_lib.flatten(base)
   for path, x in params_lib.flatten(adapters).items():
     flat[path] = _scaled_b(config, lora, x) if path.endswith("_lora_b") else x
+  if lora.dropout and dropout_key is not None:
+    keys_L = jax.random.split(dropout_key, config.num_layers)
+    keep_L = jnp.full((config.num_layers,), 1.0 - lora.dropout, jnp.float32)
+    for part in {path.rsplit("/", 1)[0] for path in params_lib.flatten(adapters)}:
+      flat[f"{part}/lora_dropout_key"], flat[f"{part}/lora_keep"] = keys_L, keep_L
   return params_lib.unflatten(flat)
+
+
+def dropout(x, part: Params, name: str):
+  """The input of projection `name`'s adapter in one layer's `part` (attn or mlp, as
+  `attach` left it): zero with probability 1 - keep, else x / keep."""
+  keep = part["lora_keep"]
+  key = jax.random.fold_in(part["lora_dropout_key"], list(TARGETS).index(name))
+  return jnp.where(jax.random.bernoulli(key, keep, x.shape), x / keep.astype(x.dtype),
+                   jnp.zeros((), x.dtype))
 
 
 def _delta(config: ModelConfig, lora: LoraConfig, a, b):
@@ -160,7 +184,7 @@ def peft_tensors(config: ModelConfig, lora: LoraConfig, adapters: Params):
 def peft_config(lora: LoraConfig, base_model_name: str) -> dict[str, Any]:
   """PEFT's adapter_config.json for these adapters."""
   return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": lora.rank,
-          "lora_alpha": lora.alpha, "lora_dropout": 0.0, "bias": "none",
+          "lora_alpha": lora.alpha, "lora_dropout": lora.dropout, "bias": "none",
           "target_modules": sorted(f"{t}_proj" for t in lora.targets),
           "layers_to_transform": sorted(lora.layers) or None, "fan_in_fan_out": False,
           "use_rslora": False, "use_dora": False, "init_lora_weights": True,
@@ -196,7 +220,8 @@ def from_config(c) -> LoraConfig | None:
     layers = tuple(int(i) for i in str(c.layers).split(",") if i.strip())
   except ValueError:
     raise ValueError(f"LoRA layers={c.layers!r}: comma-separated layer indices") from None
-  return LoraConfig(rank=int(c.rank), alpha=float(c.alpha), targets=targets, layers=layers)
+  return LoraConfig(rank=int(c.rank), alpha=float(c.alpha), targets=targets, layers=layers,
+                    dropout=float(c.get("dropout", 0.0)))
 
 
 def to_dict(lora: LoraConfig | None) -> dict[str, Any] | None:
@@ -207,4 +232,5 @@ def to_dict(lora: LoraConfig | None) -> dict[str, Any] | None:
 
 def from_dict(d: dict[str, Any] | None) -> LoraConfig | None:
   return None if not d else LoraConfig(rank=int(d["rank"]), alpha=float(d["alpha"]),
-                                       targets=tuple(d["targets"]), layers=tuple(d["layers"]))
+                                       targets=tuple(d["targets"]), layers=tuple(d["layers"]),
+                                       dropout=float(d.get("dropout", 0.0)))

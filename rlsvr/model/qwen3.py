@@ -31,7 +31,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlsvr.model import attention
+from rlsvr.model import attention, lora
 from rlsvr.model import params as params_lib
 from rlsvr.model.config import ModelConfig
 
@@ -135,7 +135,8 @@ def layer(config: ModelConfig, w: Params, x, sin, cos, attend: Callable, *,
       lora_a = part.get(f"{name}_lora_a")
       if lora_a is not None:  # Training a LoRA run: B comes scaled (`rlsvr.model.lora`).
         rank = lora_a.shape[-1]
-        y = y + jnp.dot(jnp.dot(x_NxI, lora_a.reshape(k_in, rank)),
+        h_NxI = lora.dropout(x_NxI, part, name) if "lora_keep" in part else x_NxI
+        y = y + jnp.dot(jnp.dot(h_NxI, lora_a.reshape(k_in, rank)),
                         part[f"{name}_lora_b"].reshape(rank, -1))
       y = y.reshape(*x.shape[:x.ndim - n_in], *kernel.shape[n_in:])
     else:  # The decode step reads merged weights (`lora.merge`): no adapters here.

@@ -19,7 +19,10 @@ LoRA (`init_train_state(..., lora=LoraConfig(...))`): `state.params` are the ada
 alone (fp32 masters, with the AdamW moments), `state.base` the frozen weights in the
 compute dtype, which the forward reads with the adapters attached (`forward_weights`)
 and the KL term reads alone: the reference is the base model (no `ref_params`). The
-sampler reads the base with the adapters merged in, made once per step.
+sampler reads the base with the adapters merged in, made once per step. With LoRA dropout,
+each micro-batch's gradient pass draws its masks from (step, update, micro-batch), so a
+resumed run draws what an uninterrupted one would; the no-gradient passes (old and
+reference log-probs) run without dropout, as a model in eval mode.
 
 Old log-probabilities come from the trainer, as verl's recomputed
 `old_log_prob`: with one update per batch (`updates_per_batch=1`, the papers'
@@ -183,12 +186,23 @@ def sampling_params(state: TrainState) -> Params:
 _merge = jax.jit(lora_lib.merge, static_argnums=(0, 1, 4))
 
 
-def forward_weights(state: TrainState, trainable: Params) -> Params:
+def forward_weights(state: TrainState, trainable: Params, dropout_key=None) -> Params:
   """What the forward reads for `trainable` (`state.params` or a copy of them): those
-  weights themselves, or with LoRA the frozen base with them attached."""
+  weights themselves, or with LoRA the frozen base with them attached (and, given a
+  key, the adapters' dropout)."""
   if state.lora is None:
     return trainable
-  return lora_lib.attach(state.model_config, state.lora, state.base, trainable)
+  return lora_lib.attach(state.model_config, state.lora, state.base, trainable, dropout_key)
+
+
+def _dropout_key(state: TrainState, *indices):
+  """The LoRA dropout key of (step, *indices), or None when the run has no dropout."""
+  if state.lora is None or not state.lora.dropout:
+    return None
+  key = jax.random.fold_in(jax.random.key(0), state.step)
+  for i in indices:
+    key = jax.random.fold_in(key, i)
+  return key
 
 
 def reference_weights(state: TrainState) -> Params | None:
@@ -267,11 +281,12 @@ _TOKEN_SUMS = ("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl",
 _MAXES = ("rollout_corr/ratio_max",)
 
 
-def _micro_loss(params, state: TrainState, mb: dict[str, jax.Array], denominator):
+def _micro_loss(params, state: TrainState, mb: dict[str, jax.Array], denominator,
+                dropout_key=None):
   """This micro-batch's share of the (mini-)batch loss, and its metric numerators;
   `params` are the compute-dtype copy of the trained weights."""
   cfg = state.config
-  logp_BxC, entropy_BxC = _logprobs(state, forward_weights(state, params), mb)
+  logp_BxC, entropy_BxC = _logprobs(state, forward_weights(state, params, dropout_key), mb)
   mask_BxC = mb["loss_mask_BxC"]
 
   def share(values_BxC):
@@ -309,7 +324,7 @@ def _micro_loss(params, state: TrainState, mb: dict[str, jax.Array], denominator
   return loss, {**aux, **mismatch["sum"], **mismatch["max"]}
 
 
-def _update(state: TrainState, batch: dict[str, jax.Array]):
+def _update(state: TrainState, batch: dict[str, jax.Array], update_index=0):
   """One optimizer update on `batch` (one mini-batch): (state, metrics); token-sum
   metrics are returned as sums, with the token count in "tokens"."""
   cfg = state.config
@@ -324,13 +339,17 @@ def _update(state: TrainState, batch: dict[str, jax.Array]):
   # dtype: added into the fp32 accumulator, no fp32 micro-batch gradient is materialised.
   compute_params = _cast(state.params, cfg.dtype)
 
-  def accumulate(grads, mb):
-    (loss, aux), g = grad_fn(compute_params, state, mb, denominator)
+  def accumulate(grads, mb_and_index):
+    mb, micro_index = mb_and_index
+    (loss, aux), g = grad_fn(compute_params, state, mb, denominator,
+                             _dropout_key(state, update_index, micro_index))
     grads = jax.tree.map(lambda acc, x: acc + x.astype(jnp.float32), grads, g)
     return grads, dict(aux, **{"actor/loss": loss})
 
   zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params)
-  grads, aux = jax.lax.scan(accumulate, zeros, _split_micro(batch, cfg.micro_batch_size))
+  micro = _split_micro(batch, cfg.micro_batch_size)
+  n_micro = micro["loss_mask_BxC"].shape[0]
+  grads, aux = jax.lax.scan(accumulate, zeros, (micro, jnp.arange(n_micro)))
   metrics = {k: v.max() if k in _MAXES else v.sum() for k, v in aux.items()}
 
   grad_norm = optax.global_norm(grads)
@@ -367,7 +386,9 @@ def _train_step(state: TrainState, batch: dict[str, jax.Array]):
     per_update = jax.tree.map(lambda x: x[None], per_update)
   else:
     state_after, per_update = jax.lax.scan(
-        _update, state, _split_rows(batch, cfg.updates_per_batch, "updates_per_batch"))
+        lambda s, xs: _update(s, *xs), state,
+        (_split_rows(batch, cfg.updates_per_batch, "updates_per_batch"),
+         jnp.arange(cfg.updates_per_batch)))
   if state.mesh is not None:
     params, opt_state = parallel.constrain_params((state_after.params, state_after.opt_state),
                                                   state.mesh)

@@ -173,11 +173,13 @@ def test_the_lora_update_is_the_same_in_both_layouts(params, updates, micro):  #
 
 @pytest.mark.parametrize("bad,message", [
     ({"rank": -1}, "rank=-1"), ({"targets": "q,qq"}, "targets="), ({"targets": "q,q"}, "targets="),
-    ({"layers": "0,x"}, "layer indices"), ({"layers": "1,1"}, "repeat")])
+    ({"layers": "0,x"}, "layer indices"), ({"layers": "1,1"}, "repeat"),
+    ({"dropout": 1.0}, "dropout=1.0")])
 def test_bad_lora_configs_are_refused(bad, message):
   import ml_collections
 
-  c = ml_collections.ConfigDict({"rank": 4, "alpha": 8.0, "targets": "q,v", "layers": ""})
+  c = ml_collections.ConfigDict({"rank": 4, "alpha": 8.0, "targets": "q,v", "layers": "",
+                                 "dropout": 0.0})
   c.update(bad)
   with pytest.raises(ValueError, match=message):
     lora_lib.from_config(c)
@@ -185,3 +187,38 @@ def test_bad_lora_configs_are_refused(bad, message):
       {"rank": 0, "alpha": 8.0, "targets": "q", "layers": ""})) is None
   with pytest.raises(ValueError, match="not layers of a 2-layer model"):
     lora_lib.LoraConfig(rank=2, alpha=1.0, layers=(2,)).check(CONFIG)
+
+
+def test_dropout_drops_each_adapters_input_as_peft_does(params, batch):  # noqa: F811
+  """PEFT's lora_dropout: the adapter (not the base's matmul) sees x zeroed with
+  probability p, else x / (1 - p), a mask of its own per projection and layer."""
+  lora = dataclasses.replace(ALL, dropout=0.25)
+  adapters = trained_adapters(lora)
+  key = jax.random.key(7)
+  weights = lora_lib.attach(CONFIG, lora, params, adapters, key)
+  part = jax.tree.map(lambda x: x[0], weights["layers"]["attn"])  # layer 0's
+  x = jnp.ones((64, 32))
+  q, v = lora_lib.dropout(x, part, "q"), lora_lib.dropout(x, part, "v")
+  np.testing.assert_allclose(np.unique(q), [0.0, 1 / 0.75], rtol=1e-6)
+  assert 0.2 < float((q == 0).mean()) < 0.3 and not np.array_equal(q, v)
+  np.testing.assert_array_equal(q, lora_lib.dropout(x, part, "q"))  # The key decides.
+  tokens = jnp.asarray(np.random.default_rng(0).integers(1, 97, (3, 9)))
+  plain = qwen3.apply(CONFIG, lora_lib.attach(CONFIG, lora, params, adapters), tokens)
+  dropped = qwen3.apply(CONFIG, weights, tokens)
+  assert float(jnp.abs(dropped - plain).max()) > 1e-3
+  np.testing.assert_array_equal(dropped, qwen3.apply(CONFIG, weights, tokens))
+  # Without adapters' B (fresh) dropout changes nothing: the base path is not dropped.
+  fresh = lora_lib.init_adapters(CONFIG, lora, jax.random.key(1))
+  np.testing.assert_allclose(qwen3.apply(CONFIG, lora_lib.attach(CONFIG, lora, params, fresh,
+                                                                 key), tokens),
+                             qwen3.apply(CONFIG, params, tokens), atol=1e-6)
+  # In the step: the masks follow (step, update, micro-batch), so a rerun is identical,
+  # and the update differs from the one without dropout.
+  cfg = dataclasses.replace(BASE, micro_batch_size=4)
+  with_dropout = [train_step(lora_state(cfg, params, lora), batch)[0].params for _ in range(2)]
+  without = train_step(lora_state(cfg, params, ALL), batch)[0].params
+  for a, b, c in zip(*(jax.tree.leaves(t) for t in (*with_dropout, without))):
+    np.testing.assert_array_equal(a, b)
+  assert max(float(jnp.abs(a - c).max()) for a, c in zip(jax.tree.leaves(with_dropout[0]),
+                                                         jax.tree.leaves(without))) > 1e-4
+  assert lora_lib.peft_config(lora, "x")["lora_dropout"] == 0.25
