@@ -26,7 +26,8 @@ SIZES = {
                decode_batches=(2,), decode_prompts=(8,), new_tokens=16,
                hf_generate_max_batch=2, train_models=("smoke",), train_rows=4, train_prompt=8,
                train_completion=8, group=2, train_remat=(True,), train_layouts=(True,),
-               train_lora_rank=2, learn_config="configs/rlvr_math.py:smoke", learn_model="", learn_sizes={}),
+               train_lora_rank=2, learn_config="configs/rlvr_math.py:smoke", learn_model="",
+               learn_sizes={}),
 }
 SMOKE_MODEL = dict(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                    num_attention_heads=2, num_key_value_heads=1, head_dim=16,

@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
@@ -288,20 +289,21 @@ def restore_trained(checkpoint_dir: str, step: int | None = None):
 
 def restore_run(checkpoint_dir: str, step: int | None = None):
   """(step, model config, params, meta) of a run's checkpoint, on the default device.
-  A LoRA run's params are its base (loaded again from the run's model source) with the
-  adapters merged in, in the masters' dtype."""
+  A LoRA run's params are its base (loaded again from the run's model source, in the
+  compute dtype it trained on) with the adapters merged in, in the masters' dtype."""
   from rlsvr.model import lora as lora_lib  # noqa: PLC0415
   from rlsvr.model import sources  # noqa: PLC0415
 
   step, config, params, meta = restore_trained(checkpoint_dir, step)
   lora = lora_lib.from_dict(meta.get("lora"))
   if lora is not None:
-    run = json.loads(meta["config"])
-    _, base, _ = sources.load_model(run["model"]["source"], dtype=meta.get("param_dtype",
-                                                                           "float32"),
+    run, dtype = json.loads(meta["config"]), meta.get("param_dtype", "float32")
+    _, base, _ = sources.load_model(run["model"]["source"],
+                                    dtype=meta.get("compute_dtype", dtype),
                                     seed=run.get("seed", 0),
                                     tokenizer=run["model"].get("tokenizer", ""))
-    params = jax.jit(lora_lib.merge, static_argnums=(0, 1))(config, lora, base, params)
+    params = jax.jit(lora_lib.merge, static_argnums=(0, 1, 4))(config, lora, base, params,
+                                                               jnp.dtype(dtype))
   return step, config, params, meta
 
 

@@ -1,9 +1,10 @@
 """A LoRA run (configs/rlvr_math.py:smoke, rewarded by TRL's character-length example so
-that its rewards spread): it trains the adapters alone, resumes exactly, and exports merged HF weights and a
-PEFT adapter that transformers and peft load with our logits."""
+that its rewards spread): it trains the adapters alone, resumes exactly, and exports merged
+HF weights and a PEFT adapter that transformers and peft load with our logits."""
 import json
 import os
 
+import jax
 import numpy as np
 import pytest
 import torch
@@ -19,7 +20,8 @@ from tests.model.hf_reference import hf_logits, left_padded
 def lora_smoke_config(steps, data):
   c = get_config("smoke")
   c.steps, c.checkpoint.every, c.data.source = steps, 1, data
-  c.reward_fn.reward_funcs, c.reward_fn.reward_weights = "tests.rewards.trl_examples:char_length", ""
+  c.reward_fn.reward_funcs = "tests.rewards.trl_examples:char_length"
+  c.reward_fn.reward_weights = ""
   c.model.lora.update(rank=4, alpha=8.0, targets="all", layers="1", dropout=0.1)
   c.grpo.lr = 1e-2  # Visible adapter moves in two steps.
   return c
@@ -108,3 +110,26 @@ def test_a_full_weight_run_has_no_adapter_to_export(tmp_path):
   saver.close()
   with pytest.raises(ValueError, match="full-weight run"):
     export.export_adapter(str(tmp_path / "full"), str(tmp_path / "no_adapter"))
+
+
+def test_a_bf16_run_exports_the_base_it_trained_on(tmp_path):
+  """The base is loaded again in the compute dtype the run trained on: a random base
+  drawn in bfloat16 is other numbers than one drawn in float32."""
+  from rlsvr.rl.train_step import GRPOConfig, init_train_state
+
+  spec = lora.LoraConfig(rank=2, alpha=4.0)
+  config, base, _ = sources.load_model("random:tiny", dtype="bfloat16", seed=3,
+                                       tokenizer="qwen3")
+  state = init_train_state(config, GRPOConfig(compute_dtype="bfloat16"), base, lora=spec)
+  adapters = jax.tree.map(lambda x: x + 0.01, state.params)
+  meta = {"model_config": config.to_hf_dict("bfloat16"), "param_dtype": "float32",
+          "compute_dtype": "bfloat16", "lora": lora.to_dict(spec),
+          "config": json.dumps({"seed": 3, "model": {"source": "random:tiny",
+                                                     "tokenizer": "qwen3"}})}
+  saver = checkpoint.Checkpointer(str(tmp_path / "run"))
+  saver.save(1, state.replace(params=adapters), {}, meta)
+  saver.close()
+  _, _, params, _ = checkpoint.restore_run(str(tmp_path / "run" / "checkpoints"))
+  expected = lora.merge(config, spec, base, adapters, np.float32)
+  for path, x in _flat(expected).items():
+    np.testing.assert_array_equal(_flat(params)[path], x, err_msg=path)

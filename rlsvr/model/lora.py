@@ -201,7 +201,8 @@ def save_peft_adapter(path: str | os.PathLike, config: ModelConfig, lora: LoraCo
   tmp = path.with_name(path.name + ".tmp")
   shutil.rmtree(tmp, ignore_errors=True)
   tmp.mkdir(parents=True)
-  hf.write_safetensors(tmp / "adapter_model.safetensors", list(peft_tensors(config, lora, adapters)))
+  hf.write_safetensors(tmp / "adapter_model.safetensors",
+                       list(peft_tensors(config, lora, adapters)))
   (tmp / "adapter_config.json").write_text(json.dumps(peft_config(lora, base_model_name),
                                                       indent=2))
   if path.exists():
