@@ -46,13 +46,27 @@ def lora_state(cfg, params, lora, mesh=None):
   return state.replace(params=adapters, opt_state=make_optimizer(cfg).init(adapters))
 
 
+def _peft_lora_a(fan_in, rank):
+  """lora_A's weight as peft initialises it on a Linear of `fan_in` inputs."""
+  import peft
+  import torch
+
+  torch.manual_seed(0)
+  model = torch.nn.ModuleDict({"down_proj": torch.nn.Linear(fan_in, 8)})
+  peft.inject_adapter_in_model(peft.LoraConfig(r=rank, target_modules=["down_proj"]), model)
+  return model["down_proj"].lora_A["default"].weight.detach().numpy()
+
+
 def test_fresh_adapters_leave_the_model_exactly_as_it_was(params):  # noqa: F811
   state = init_train_state(CONFIG, BASE, params, lora=ALL, seed=3)
   # Only the adapters train: A as PEFT draws it (kaiming-uniform, bound 1/sqrt(fan_in)), B = 0.
   flat = params_lib.flatten(state.params)
   assert sorted(flat) == sorted(ALL.paths()) and state.ref_params is None
   a = np.asarray(flat["layers/mlp/down_lora_a"])
-  assert a.shape == (2, 64, 4) and 0.9 / 8 < np.abs(a).max() <= 1 / 8
+  peft_a = _peft_lora_a(fan_in=64, rank=4)  # PEFT's own init of the same shape.
+  assert a.shape == (2, 64, 4) and peft_a.shape == (4, 64)
+  for x in (a, peft_a):
+    assert 0.9 / 8 < np.abs(x).max() <= 1 / 8 and abs(float(x.mean())) < 0.01
   assert not any(np.asarray(flat[p]).any() for p in flat if p.endswith("_lora_b"))
   # The sampler's weights are the base bit for bit, so greedy output is the base model's.
   merged = sampling_params(state)
