@@ -7,6 +7,7 @@ weights (fixed, delayed copy, online), their checkpointing, and the plan.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -140,7 +141,14 @@ def plan(c, est) -> registry.EnvPlan:
                                 else r.judge_max_new_tokens, model=judge))
   note = (f"rlsr prompts: policy = template {est.template_tokens}; judge = template + a whole "
           f"response ({r.policy_max_new_tokens}: one answer without <answer> suffices)")
-  # No judge.source: the experiment keeps the initial weights (or a delayed copy).
+  # No judge.source: the experiment keeps the initial weights (or a delayed copy). A LoRA
+  # run's initial weights are its frozen base, shared: only a delayed judge copies.
+  lora = c.model.get("lora") is not None and c.model.lora.rank > 0
+  if not c.judge.source and lora and self_judge_config(c).schedule().mode != "delayed":
+    calls = (calls[0], dataclasses.replace(calls[1], model=""))
+    return registry.EnvPlan(calls, (registry.TrainPhase("policy", rows, ("policy",),
+                                                        r.policy_max_new_tokens),),
+                            notes=(note, "the judge reads the policy's frozen LoRA base"))
   return registry.EnvPlan(calls, (registry.TrainPhase("policy", rows, ("policy",),
                                                       r.policy_max_new_tokens),),
                           extra_models={judge: c.judge.source}, notes=(note,))
