@@ -74,18 +74,19 @@ def test_bf16_compute_counts_fp32_masters_and_bf16_copies():
                    "trained weights of the forward (bfloat16 copy)").bytes == 2 * n
 
 
-@pytest.mark.parametrize("variant,copies", [("smoke", False), ("smoke,delayed", True)])
-def test_a_lora_judge_shares_the_frozen_base_unless_it_is_a_delayed_copy(variant, copies):
+@pytest.mark.parametrize("variant,lora,copies", [
+    ("smoke", 4, False), ("smoke,delayed", 4, True), ("smoke,online", 4, False),
+    ("smoke", 0, True), ("smoke,delayed", 0, True), ("smoke,online", 0, False)])
+def test_a_judge_copy_is_counted_only_where_the_judge_keeps_one(variant, lora, copies):
+  """A LoRA run's judge shares the frozen base unless it is a delayed copy; an online
+  judge reads the policy's weights."""
   from configs.rlsr_countdown import get_config
 
   c = get_config(variant)
-  c.model.lora.rank = 4
+  c.model.lora.rank = lora
   names = [comp.name for comp in plan.plan(c, 1, 16 * GIB).components
            if comp.phase == "resident"]
   assert any(n.startswith("judge params") for n in names) == copies, names
-  c.model.lora.rank = 0  # Full weights: the judge always holds its own copy.
-  assert any(comp.name.startswith("judge params")
-             for comp in plan.plan(c, 1, 16 * GIB).components)
 
 
 def test_lora_counts_the_frozen_base_and_the_adapters_as_peft_counts_them():

@@ -69,6 +69,8 @@ class SelfJudgeExperiment(StreamExperiment):
           seed=c.seed, tokenizer=c.judge.tokenizer)
     else:
       jconfig, jtok, self.judge_params = ctx.model_config, ctx.tokenizer, ctx.initial_params
+      if self.schedule.mode == "online":  # It reads the policy's weights: keep no copy.
+        self.judge_params = None
     self.judge_sampler = Sampler(jconfig, eos_ids=stop_ids(jconfig, jtok), tokenizer=jtok,
                                  max_rows=c.sampling.max_rows,
                                  max_cache_tokens=c.sampling.max_cache_tokens)
@@ -141,14 +143,17 @@ def plan(c, est) -> registry.EnvPlan:
                                 else r.judge_max_new_tokens, model=judge))
   note = (f"rlsr prompts: policy = template {est.template_tokens}; judge = template + a whole "
           f"response ({r.policy_max_new_tokens}: one answer without <answer> suffices)")
-  # No judge.source: the experiment keeps the initial weights (or a delayed copy). A LoRA
-  # run's initial weights are its frozen base, shared: only a delayed judge copies.
+  # No judge.source: the experiment keeps the initial weights (or a delayed copy). An
+  # online judge reads the policy's; a LoRA run's initial weights are its frozen base,
+  # shared: then only a delayed judge copies.
   lora = c.model.get("lora") is not None and c.model.lora.rank > 0
-  if not c.judge.source and lora and self_judge_config(c).schedule().mode != "delayed":
+  mode = self_judge_config(c).schedule().mode
+  if not c.judge.source and (mode == "online" or (lora and mode != "delayed")):
     calls = (calls[0], dataclasses.replace(calls[1], model=""))
     return registry.EnvPlan(calls, (registry.TrainPhase("policy", rows, ("policy",),
                                                         r.policy_max_new_tokens),),
-                            notes=(note, "the judge reads the policy's frozen LoRA base"))
+                            notes=(note, "the judge reads the policy's weights or its "
+                                         "frozen LoRA base: no copy"))
   return registry.EnvPlan(calls, (registry.TrainPhase("policy", rows, ("policy",),
                                                       r.policy_max_new_tokens),),
                           extra_models={judge: c.judge.source}, notes=(note,))

@@ -102,3 +102,15 @@ def test_a_schedule_set_on_the_command_line_equals_its_variant(local):
     c = get_config(local)
     c.rlsr.judge_weights = weights
     assert c.to_dict() == get_config(f"{local},{weights}").to_dict()
+
+
+def test_an_online_judge_keeps_no_copy_of_the_weights():
+  """It judges with the policy's weights of each step; the initial ones would be dead
+  weight (a whole model) for the run's length."""
+  from rlsvr import parallel, train_loop
+
+  for variant, kept in (("online", False), ("", True)):
+    c = rlsr_smoke(variant)
+    exp = train_loop._build(c, train.grpo_config(c), registry.get("rlsr"),  # noqa: SLF001
+                            parallel.make_mesh({"data": 1, "fsdp": 1, "tensor": 1}))[2]
+    assert (exp.judge_params is not None) == kept, variant
