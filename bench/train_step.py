@@ -27,9 +27,9 @@ prompt of a GRPO group); ours then also runs the batch laid out by
 "shared"), against the same torch step on whole rows, which is what TRL runs. The
 tokens/s count whole rows on every side, so the ratio is a ratio of times.
 
-With --lora-rank R a "lora" row follows, both sides training rank-R adapters on
---lora-targets of the frozen model (ours `model.lora`; torch a `peft.get_peft_model`
-model, AdamW over the adapters alone). "state MiB" is what the update keeps between
+With --lora-rank R a "lora" row follows (and "lora shared" with --rows-per-prompt), both
+sides training rank-R adapters on --lora-targets of the frozen model (ours `model.lora`;
+torch a `peft.get_peft_model` model, AdamW over the adapters alone). "state MiB" is what the update keeps between
 steps: ours the train state's arrays (masters or adapters, AdamW moments, frozen base,
 reference), torch the module's parameters and AdamW's state.
 """
@@ -264,6 +264,8 @@ def main():
         runs.append(("shared", None, shared_prompt_batch(batch, grpo_config), None))
       if lora is not None:
         runs.append((f"lora r{lora.rank}", None, batch, lora))
+        if args.rows_per_prompt > 1:
+          runs.append(("lora shared", None, shared_prompt_batch(batch, grpo_config), lora))
       torch_runs = {}  # Full weights, and LoRA: the torch step each of our rows compares with.
       for layout, mesh, batch, row_lora in runs:
         if model is not None and row_lora not in torch_runs:
