@@ -302,8 +302,7 @@ def restore_run(checkpoint_dir: str, step: int | None = None):
                                     dtype=meta.get("compute_dtype", dtype),
                                     seed=run.get("seed", 0),
                                     tokenizer=run["model"].get("tokenizer", ""))
-    params = jax.jit(lora_lib.merge, static_argnums=(0, 1, 4))(config, lora, base, params,
-                                                               jnp.dtype(dtype))
+    params = lora_lib.merge_jit(config, lora, base, params, jnp.dtype(dtype))
   return step, config, params, meta
 
 

@@ -165,6 +165,10 @@ def merge(config: ModelConfig, lora: LoraConfig, base: Params, adapters: Params,
   return params_lib.unflatten(out)
 
 
+# `merge` compiled once per (config, lora, dtype): the sampler's weights each step, exports.
+merge_jit = jax.jit(merge, static_argnums=(0, 1, 4))
+
+
 # ----------------------------------------------------------------------- PEFT export
 
 

@@ -179,11 +179,9 @@ def sampling_params(state: TrainState) -> Params:
   base with the adapters merged in (`lora.merge`), a copy each step.
   """
   if state.lora is not None:
-    return _merge(state.model_config, state.lora, state.base, state.params, state.config.dtype)
+    return lora_lib.merge_jit(state.model_config, state.lora, state.base, state.params,
+                              state.config.dtype)
   return cast_params(state.params, state.config.dtype)
-
-
-_merge = jax.jit(lora_lib.merge, static_argnums=(0, 1, 4))
 
 
 def forward_weights(state: TrainState, trainable: Params, dropout_key=None) -> Params:

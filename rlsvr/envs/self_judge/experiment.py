@@ -7,7 +7,6 @@ weights (fixed, delayed copy, online), their checkpointing, and the plan.
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from typing import Any
 
@@ -135,28 +134,25 @@ class SelfJudgeExperiment(StreamExperiment):
 def plan(c, est) -> registry.EnvPlan:
   r = c.rlsr
   rows = r.problems_per_step * r.group_size
-  judge = "judge"
-  calls = (registry.SamplerCall("policy", rows, est.template_tokens, r.policy_max_new_tokens,
-                                rows_per_prompt=r.group_size),
-           registry.SamplerCall("judge", rows, est.template_tokens + r.policy_max_new_tokens,
-                                min(r.judge_max_new_tokens, 8) if r.constrained_verdict
-                                else r.judge_max_new_tokens, model=judge))
-  note = (f"rlsr prompts: policy = template {est.template_tokens}; judge = template + a whole "
-          f"response ({r.policy_max_new_tokens}: one answer without <answer> suffices)")
   # No judge.source: the experiment keeps the initial weights (or a delayed copy). An
   # online judge reads the policy's; a LoRA run's initial weights are its frozen base,
   # shared: then only a delayed judge copies.
   lora = c.model.get("lora") is not None and c.model.lora.rank > 0
   mode = self_judge_config(c).schedule().mode
-  if not c.judge.source and (mode == "online" or (lora and mode != "delayed")):
-    calls = (calls[0], dataclasses.replace(calls[1], model=""))
-    return registry.EnvPlan(calls, (registry.TrainPhase("policy", rows, ("policy",),
-                                                        r.policy_max_new_tokens),),
-                            notes=(note, "the judge reads the policy's weights or its "
-                                         "frozen LoRA base: no copy"))
+  shares = not c.judge.source and (mode == "online" or (lora and mode != "delayed"))
+  judge = "" if shares else "judge"
+  calls = (registry.SamplerCall("policy", rows, est.template_tokens, r.policy_max_new_tokens,
+                                rows_per_prompt=r.group_size),
+           registry.SamplerCall("judge", rows, est.template_tokens + r.policy_max_new_tokens,
+                                min(r.judge_max_new_tokens, 8) if r.constrained_verdict
+                                else r.judge_max_new_tokens, model=judge))
+  notes = (f"rlsr prompts: policy = template {est.template_tokens}; judge = template + a whole "
+           f"response ({r.policy_max_new_tokens}: one answer without <answer> suffices)",
+           *(["the judge reads the policy's weights or its frozen LoRA base: no copy"]
+             if shares else []))
   return registry.EnvPlan(calls, (registry.TrainPhase("policy", rows, ("policy",),
                                                       r.policy_max_new_tokens),),
-                          extra_models={judge: c.judge.source}, notes=(note,))
+                          extra_models={} if shares else {judge: c.judge.source}, notes=notes)
 
 
 SPEC = registry.register(registry.EnvSpec(
