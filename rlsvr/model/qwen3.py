@@ -9,6 +9,7 @@ a compiled program:
       -> (hidden_BxTxD, cache)            # prefill (and any chunk) with a cache
   forward_shared_prompts(config, params, prompts, prompt_index_B, completions)
       -> (last_prompt_hidden_UxD, hidden_BxCxD)   # training rows that share prompts
+  forward(..., segments=Segments(...))            # training rows packed end to end
   unembed(config, params, hidden_BxTxD) -> logits (float32)
   layer(config, w, x, sin, cos, attend, features_last) -> (x, carry)
 
@@ -199,7 +200,8 @@ def positions_from_mask(attention_mask_BxT):
 
 
 def forward(config: ModelConfig, params: Params, tokens_BxT, positions_BxT, kv_mask_BxS,
-            cache: KVCache | None = None, cache_index=0, *, remat: bool = False):
+            cache: KVCache | None = None, cache_index=0, *, remat: bool = False,
+            segments: attention.Segments | None = None):
   """Final-norm hidden states of a chunk of tokens, writing its K/V into `cache`.
 
   With a cache, the chunk occupies slots [cache_index, cache_index + T); a query
@@ -207,8 +209,12 @@ def forward(config: ModelConfig, params: Params, tokens_BxT, positions_BxT, kv_m
   left padding there). Without a cache, S == T and the chunk attends to itself.
   `remat=True` recomputes each layer in the backward pass (training memory).
   Attention runs in query blocks (`attention.attend`): no T x S mask or score
-  matrix of the whole chunk is ever materialised. Returns (hidden_BxTxD, cache).
+  matrix of the whole chunk is ever materialised. `segments` (no cache): each row
+  holds packed sequences, which see only themselves (`attention.Segments`).
+  Returns (hidden_BxTxD, cache).
   """
+  if segments is not None and cache is not None:
+    raise ValueError("packed segments attend within the chunk: no cache")
   x_BxTxD = jnp.take(params["embed"], tokens_BxT, axis=0)
   sin_BxTxDh, cos_BxTxDh = rope_tables(config, positions_BxT)
   query_slot_T = cache_index + jnp.arange(tokens_BxT.shape[1])
@@ -233,7 +239,7 @@ def forward(config: ModelConfig, params: Params, tokens_BxT, positions_BxT, kv_m
             v_all, v_new_BxKxTxDh[None].astype(v_all.dtype), (i, 0, 0, cache_index, 0))
         new_cache, k_BxKxDhxS, v_BxKxSxDh = KVCache(k_all, v_all), k_all[i], v_all[i]
       out_BxTxHxDh = attention.attend(q_BxTxHxDh, k_BxKxDhxS, v_BxKxSxDh, kv_mask_BxS,
-                                      query_slot_T)
+                                      query_slot_T, segments=segments)
       return out_BxTxHxDh, new_cache
 
     # Broadcast over heads here, inside the layer, where it fuses into the rotation.

@@ -32,6 +32,10 @@ micro-batches); the rows are reordered so that each part holds its rows' prompts
 as in the whole-row layout. Over data shards the layout is still exact, but XLA
 then all-gathers every prompt's keys and values, so `rlsvr.train` uses it on
 one batch shard only.
+
+With `pack_tokens`, the rows are instead packed end to end into buffers without
+padding (`rlsvr.rl.packing`, whose docstring shows that layout), sharing each prompt
+within a buffer when `share_prompts` is set.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from typing import Sequence
 import numpy as np
 
 from rlsvr.rl import advantages as estimators
+from rlsvr.rl import packing
 from rlsvr.rl.config import GRPOConfig
 from rlsvr.rl.rollout import Trajectory
 from rlsvr.sampling.layout import length_bucket
@@ -96,7 +101,7 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
                 advantages: Sequence[float] | None = None,
                 max_response_length: int | Sequence[int] | None = None, pad_id: int = 0,
                 min_bucket: int = 16, batch_multiple: int = 1,
-                share_prompts: bool = False) -> dict[str, np.ndarray]:
+                share_prompts: bool = False, pack_tokens: int = 0) -> dict[str, np.ndarray]:
   """The `train_step` batch of the trained rows of `trajectories`.
 
   Args:
@@ -117,10 +122,14 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
       above, rows reordered) when that saves >= 25% of the tokens; the update
       is the same. `config`'s updates_per_batch and micro_batch_size say how
       the step will split the rows.
+    pack_tokens: > 0: pack the rows into buffers of about this many tokens
+      (`rlsvr.rl.packing`; with `share_prompts`, each prompt once per buffer);
+      the update is the same.
 
   Returns:
     tokens_BxT, attention_mask_BxT, loss_mask_BxC, sampler_logp_BxC,
-    advantages_B as numpy arrays (int32 / float32); or, shared, the keys above.
+    advantages_B as numpy arrays (int32 / float32); or, shared or packed, the
+    keys of those layouts.
   """
   config = config or GRPOConfig()
   if advantages is None:
@@ -136,6 +145,14 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
   p = length_bucket(max(len(t.prompt_ids) for t, _ in rows), min_bucket)
   c = length_bucket(max(len(t.completion_ids) for t, _ in rows), min_bucket)
   b = row_bucket(len(rows), batch_multiple)
+  if pack_tokens > 0:
+    rows_of_part = rows_of_parts(rows, b, config)
+    if rows_of_part is None:
+      raise ValueError(f"a batch of {b} rows does not split into updates_per_batch="
+                       f"{config.updates_per_batch} x micro-batches of "
+                       f"{config.micro_batch_size}")
+    return packing.packed_layout(rows_of_part, c, b, pad_id, pack_tokens, share_prompts,
+                                 row_bucket)
   if share_prompts:
     shared = _shared_prompt_layout(rows, p, c, b, config, pad_id)
     if shared is not None:
@@ -161,16 +178,16 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
 _SHARED_TOKENS_FRACTION = 0.75
 
 
-def _shared_prompt_layout(rows, p: int, c: int, b: int, config: GRPOConfig,
-                          pad_id: int) -> dict[str, np.ndarray] | None:
-  """The shared-prompt batch of `build_batch` (module docstring), or None when it would
-  not save enough tokens."""
+def rows_of_parts(rows, b: int, config: GRPOConfig) -> dict[int, list] | None:
+  """Which rows each part of the update gets (part -> rows), as `train_step` splits a
+  batch of `b` rows (updates per batch x micro-batches, row i to part i % parts), with
+  the rows of one prompt in as few micro-batches as possible; None when `b` does not
+  split so (`train_step` refuses such a batch anyway, with the reason)."""
   updates, micro_batch = config.updates_per_batch, config.micro_batch_size
   if b % updates or (micro_batch and (b // updates) % micro_batch):
-    return None  # `train_step` refuses such a batch anyway, with the reason.
+    return None
   micro_batches = b // updates // micro_batch if micro_batch else 1  # Per update.
-  n_parts = updates * micro_batches  # `train_step` sends batch row i to part i % n_parts.
-  rows_per_part = b // n_parts
+  rows_per_part = b // (updates * micro_batches)
   # Each update gets the rows the whole-row layout gives it (row i to update i % updates),
   # so every update is the same; inside it, each prompt's rows are packed into its
   # micro-batches, into one (if any) with room for all of them, else split.
@@ -189,6 +206,17 @@ def _shared_prompt_layout(rows, p: int, c: int, b: int, config: GRPOConfig,
         group = group[room[m]:]
     for m, part_rows in enumerate(packed):
       rows_of_part[m * updates + update] = part_rows
+  return rows_of_part
+
+
+def _shared_prompt_layout(rows, p: int, c: int, b: int, config: GRPOConfig,
+                          pad_id: int) -> dict[str, np.ndarray] | None:
+  """The shared-prompt batch of `build_batch` (module docstring), or None when it would
+  not save enough tokens."""
+  rows_of_part = rows_of_parts(rows, b, config)
+  if rows_of_part is None:
+    return None
+  n_parts = len(rows_of_part)
   prompts_of_part = {part: list(dict.fromkeys(tuple(t.prompt_ids) for t, _ in part_rows))
                      for part, part_rows in rows_of_part.items()}
   # Every part holds as many prompt rows, so they too split by i % n_parts.
@@ -224,6 +252,15 @@ def _shared_prompt_layout(rows, p: int, c: int, b: int, config: GRPOConfig,
           "prompt_index_B": prompt_index, "completion_tokens_BxC": tokens,
           "completion_mask_BxC": attention, "loss_mask_BxC": loss_mask,
           "sampler_logp_BxC": sampler_logp, "advantages_B": adv}
+
+
+def forward_slots(batch: dict[str, np.ndarray]) -> int:
+  """Token positions the update's forward computes for `batch`, padding included."""
+  if "packed_tokens_NxL" in batch:
+    return batch["packed_tokens_NxL"].size
+  if "tokens_BxT" in batch:
+    return batch["tokens_BxT"].size
+  return batch["prompt_tokens_UxP"].size + batch["completion_tokens_BxC"].size
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:

@@ -68,6 +68,11 @@ class GRPOConfig:
   # Host side: `rlsvr.train` builds batches whose rows share prompts with each prompt once
   # (`build_batch(share_prompts=True)`, the same update), where that saves tokens.
   share_prompts: bool = True
+  # Host side: > 0 packs the rows end to end into buffers of about this many tokens
+  # (`build_batch(pack_tokens=N)`, `rlsvr.rl.packing`; the same update) instead of padding
+  # each to the batch's longest prompt and completion; with `share_prompts`, each prompt
+  # once per buffer. 0: padded rows.
+  pack_tokens: int = 0
   logits_chunk: int = 0  # Sequence chunk of the unembedding; 0: automatic.
 
   def __post_init__(self):
@@ -94,6 +99,8 @@ class GRPOConfig:
       raise ValueError(f"updates_per_batch must be >= 1, got {self.updates_per_batch}")
     if self.rollout_is_threshold <= 1.0:
       raise ValueError(f"rollout_is_threshold must be > 1, got {self.rollout_is_threshold}")
+    if self.pack_tokens < 0:
+      raise ValueError(f"pack_tokens must be >= 0 (0: no packing), got {self.pack_tokens}")
     if self.max_num_gen_batches < 1:
       raise ValueError(f"max_num_gen_batches must be >= 1, got {self.max_num_gen_batches}")
     for name in ("param_dtype", "compute_dtype"):

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from rlsvr.model import qwen3
+from rlsvr.model.attention import Segments
 from rlsvr.model.config import ModelConfig
 
 # Largest float32 logits chunk kept alive at once (per device batch, all rows).
@@ -117,6 +118,22 @@ def shared_prompt_logprobs(config: ModelConfig, params, prompt_tokens_UxP, promp
   # Window of C + 1 positions, as in `token_logprobs`: the prompt's last state predicts c0.
   hidden_BxWxD = jnp.concatenate([last_prompt_UxD[prompt_index_B][:, None], hidden_BxCxD], 1)
   tokens_BxW = jnp.concatenate([prompt_tokens_UxP[prompt_index_B, -1:], tokens_BxC], 1)
+  logp, entropy = logprobs_from_hidden(config, params, hidden_BxWxD, tokens_BxW,
+                                       temperature=temperature, chunk=chunk)
+  return logp[:, 1:], entropy[:, 1:]
+
+
+def packed_logprobs(config: ModelConfig, params, tokens_NxL, positions_NxL, segment_NxL,
+                    branch_NxL, row_window_BxW, *, temperature: float = 1.0,
+                    chunk: int | None = None, remat: bool = False):
+  """(logp_BxC, entropy_BxC) of completions packed into buffers (`rlsvr.rl.packing`): what
+  `token_logprobs(..., completion_len=C)` gives for the rows laid out whole."""
+  hidden_NxLxD, _ = qwen3.forward(config, params, tokens_NxL, positions_NxL, segment_NxL != 0,
+                                  remat=remat, segments=Segments(segment_NxL, branch_NxL))
+  # Each row's scoring window, gathered from the buffers: the unembedding (the largest
+  # activation) then runs over completion positions only, as in the padded layouts.
+  hidden_BxWxD = hidden_NxLxD.reshape(-1, hidden_NxLxD.shape[-1])[row_window_BxW]
+  tokens_BxW = tokens_NxL.reshape(-1)[row_window_BxW]
   logp, entropy = logprobs_from_hidden(config, params, hidden_BxWxD, tokens_BxW,
                                        temperature=temperature, chunk=chunk)
   return logp[:, 1:], entropy[:, 1:]

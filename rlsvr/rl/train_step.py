@@ -48,8 +48,10 @@ Batch (a dict of arrays; `rlsvr.rl.batch.build_batch` makes one from trajectorie
 Rows whose loss mask is all zero (padding rows) change nothing. Instead of
 tokens_BxT and attention_mask_BxT, a batch may give each distinct prompt once
 (`build_batch(share_prompts=True)`: prompt_tokens_UxP, prompt_mask_UxP,
-prompt_index_B, completion_tokens_BxC, completion_mask_BxC); the update is the same,
-and each prompt's forward runs once for all the rows that continue it.
+prompt_index_B, completion_tokens_BxC, completion_mask_BxC), or its rows packed end
+to end without padding (`build_batch(pack_tokens=N)`: packed_tokens_NxL,
+packed_positions_NxL, packed_segment_NxL, packed_branch_NxL, row_window_BxW); the
+update is the same.
 
 Micro-batching: each (mini-)batch is split into `rows / micro_batch_size`
 micro-batches (row i goes to micro-batch i mod n, which keeps every micro-batch
@@ -72,7 +74,7 @@ from rlsvr.model import lora as lora_lib
 from rlsvr.model.config import ModelConfig
 from rlsvr.rl import core, losses
 from rlsvr.rl.config import DTYPES, GRPOConfig  # noqa: F401  (public here: rlsvr.train uses DTYPES)
-from rlsvr.rl.logprobs import shared_prompt_logprobs, token_logprobs
+from rlsvr.rl.logprobs import packed_logprobs, shared_prompt_logprobs, token_logprobs
 
 Params = Any
 
@@ -212,6 +214,8 @@ def reference_weights(state: TrainState) -> Params | None:
 _WHOLE_ROWS = ("tokens_BxT", "attention_mask_BxT")
 _SHARED_PROMPTS = ("prompt_tokens_UxP", "prompt_mask_UxP", "prompt_index_B",
                    "completion_tokens_BxC", "completion_mask_BxC")
+_PACKED = ("packed_tokens_NxL", "packed_positions_NxL", "packed_segment_NxL",
+           "packed_branch_NxL", "row_window_BxW")
 
 
 def _logprobs(state: TrainState, weights, batch):
@@ -222,6 +226,8 @@ def _logprobs(state: TrainState, weights, batch):
   if "prompt_tokens_UxP" in batch:
     return shared_prompt_logprobs(state.model_config, weights,
                                   *(batch[k] for k in _SHARED_PROMPTS), **kw)
+  if "packed_tokens_NxL" in batch:
+    return packed_logprobs(state.model_config, weights, *(batch[k] for k in _PACKED), **kw)
   return token_logprobs(state.model_config, weights, batch["tokens_BxT"],
                         batch["attention_mask_BxT"],
                         completion_len=batch["loss_mask_BxC"].shape[-1], **kw)
@@ -232,8 +238,8 @@ def _split_rows(batch: dict[str, jax.Array], parts: int, what: str):
   a contiguous data shard feeds every part."""
   for k, v in batch.items():
     if v.shape[0] % parts:
-      raise ValueError(f"batch of {v.shape[0]} {'prompts' if 'UxP' in k else 'rows'} is not "
-                       f"a multiple of {what}={parts}")
+      kind = "prompts" if "UxP" in k else "buffers" if "NxL" in k else "rows"
+      raise ValueError(f"batch of {v.shape[0]} {kind} is not a multiple of {what}={parts}")
   return {k: v.reshape(v.shape[0] // parts, parts, *v.shape[1:]).swapaxes(0, 1)
           for k, v in batch.items()}
 
@@ -248,11 +254,11 @@ def _split_micro(batch: dict[str, jax.Array], micro_batch_size: int):
 
 def _no_grad_logprobs(state: TrainState, weights, batch) -> jax.Array:
   """logp_BxC of the whole batch under `weights` (micro-batched, no gradient)."""
-  keys = ("loss_mask_BxC", *_SHARED_PROMPTS, *_WHOLE_ROWS)
+  keys = ("loss_mask_BxC", *_SHARED_PROMPTS, *_PACKED, *_WHOLE_ROWS)
   batch = {k: batch[k] for k in keys if k in batch}
   # The parts the update splits the batch into (updates x micro-batches, row i to part
-  # i % parts), not just micro-batches: a shared-prompt batch numbers each row's prompt
-  # within its part (rl/batch.py), so any other split reads other rows' prompts.
+  # i % parts), not just micro-batches: a shared-prompt or packed batch indexes each row's
+  # prompt or buffer within its part (rl/batch.py), so any other split reads other rows'.
   cfg = state.config
   rows_per_update = batch["loss_mask_BxC"].shape[0] // cfg.updates_per_batch
   micro_batches = rows_per_update // cfg.micro_batch_size if cfg.micro_batch_size else 1

@@ -1,0 +1,146 @@
+"""Host side: the packed (padding-free) layout of a train batch (`build_batch(pack_tokens=N)`).
+
+Rows are laid end to end into buffers of L tokens instead of each padded to the
+longest prompt and completion. A segment is one row, or (with `share_prompts`) one
+prompt followed by the completions of the rows that continue it; attention stays
+inside a segment, and a completion sees its prompt and itself only
+(`rlsvr.model.attention.Segments`), so every token gets what the padded layouts give it.
+
+  packed_tokens_NxL     [p0 .. pk c0 .. EOS d0 .. EOS | q0 .. qm e0 .. EOS | pad ..]
+  packed_positions_NxL  [0  .. k  k+1 ..    k+1 ..    | 0  .. m  m+1 ..    | 0   ..]
+  packed_segment_NxL    [1  .. 1  1   ..    1   ..    | 2  .. 2  2   ..    | 0   ..]
+  packed_branch_NxL     [0  .. 0  1   .. 1  2   .. 2  | 0  .. 0  1   .. 1  | 0   ..]
+  row_window_BxW        row b's W = C + 1 scoring positions, as flat indices n * L + l
+                        into its part's buffers: its prompt's last token, then its
+                        completion's tokens (the last one repeated over the padding)
+  loss_mask_BxC, sampler_logp_BxC, advantages_B as in the padded layouts
+
+So the per-row arrays of the loss keep their shapes and meaning: the update
+(`train_step`) differs only in how the forward reaches each row's hidden states.
+Rows go to the update's parts (updates x micro-batches) as in the shared-prompt
+layout (`batch.rows_of_parts`), and each part packs its own rows into its own
+buffers (buffer j of part m is buffer j * parts + m, row i of part m is row
+i * parts + m, as `train_step` splits them), so every micro-batch is the one the
+padded layout gives it.
+
+Shapes come from buckets, so a run compiles few programs: L is the length bucket, from
+the longest row's up to `pack_tokens`' (further only when a row is longer), that
+computes the fewest token slots, N a row bucket (1, 2, 3, 4, 6, 8, ...) per part, B
+and C as in the padded layouts.
+
+Attention costs L per token in every buffer, where a padded row costs its own length:
+on a mesh the gather of each row's window reads every data shard, so `rlsvr.train`
+packs on one batch shard only, as it shares prompts (bench/train_step.py measures both).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from rlsvr.sampling.layout import length_bucket, length_buckets
+
+
+def _segments(part_rows, share_prompts: bool, length: int) -> list[list]:
+  """The part's rows as segments (lists of (row position, row)), each at most `length`
+  tokens: one per row, or one per prompt while its completions fit."""
+  if not share_prompts:
+    return [[(i, row)] for i, row in enumerate(part_rows)]
+  by_prompt: dict[tuple[int, ...], list] = {}
+  for i, row in enumerate(part_rows):
+    by_prompt.setdefault(tuple(row[0].prompt_ids), []).append((i, row))
+  segments = []
+  for prompt, members in by_prompt.items():
+    current, used = [], len(prompt)
+    for member in members:
+      n_c = len(member[1][0].completion_ids)
+      if current and used + n_c > length:
+        segments.append(current)
+        current, used = [], len(prompt)
+      current.append(member)
+      used += n_c
+    segments.append(current)
+  return segments
+
+
+def _tokens_of(segment) -> int:
+  return len(segment[0][1][0].prompt_ids) + sum(len(t.completion_ids) for _, (t, _) in segment)
+
+
+def _fill(segments, length: int) -> list[list]:
+  """First-fit decreasing: the buffers' segments, each buffer at most `length` tokens."""
+  buffers: list[list] = []
+  room: list[int] = []
+  for segment in sorted(segments, key=_tokens_of, reverse=True):
+    n = _tokens_of(segment)
+    j = next((j for j, r in enumerate(room) if r >= n), None)
+    if j is None:
+      buffers.append([])
+      room.append(length)
+      j = len(buffers) - 1
+    buffers[j].append(segment)
+    room[j] -= n
+  return buffers
+
+
+def packed_layout(rows_of_part: dict[int, list], c: int, b: int, pad_id: int, pack_tokens: int,
+                  share_prompts: bool, row_bucket) -> dict[str, np.ndarray]:
+  """The packed batch (module docstring) of `rows_of_part` (part -> [(trajectory,
+  advantage)], `batch.rows_of_parts`): `b` rows of `c` completion columns, buffers of
+  at most `pack_tokens` unless a row is longer, counted per part by `row_bucket`
+  (`batch.row_bucket`, passed in: `rlsvr.rl.batch` imports this module)."""
+  n_parts = len(rows_of_part)
+  rows = [row for part_rows in rows_of_part.values() for row in part_rows]
+  if any(not t.prompt_ids for t, _ in rows):
+    raise ValueError("packing needs every row's prompt (>= 1 token): its last token "
+                     "scores the completion's first")
+  longest_row = max(len(t.prompt_ids) + len(t.completion_ids) for t, _ in rows)
+  # Every buffer length from the longest row's bucket up to pack_tokens' is tried, and the
+  # one computing the fewest slots wins (the shorter on a tie: attention costs L a token).
+  best = None
+  for length in length_buckets():
+    if length < length_bucket(longest_row) or (best and length > length_bucket(pack_tokens)):
+      continue
+    buffers_of_part = {part: _fill(_segments(part_rows, share_prompts, length), length)
+                       for part, part_rows in rows_of_part.items()}
+    per_part = row_bucket(max(len(x) for x in buffers_of_part.values()))
+    if best is None or per_part * length < best[0] * best[1]:
+      best = (per_part, length, buffers_of_part)
+  buffers_per_part, length, buffers_of_part = best
+  n = buffers_per_part * n_parts
+  tokens = np.full((n, length), pad_id, np.int32)
+  positions = np.zeros((n, length), np.int32)
+  segment_ids = np.zeros((n, length), np.int32)
+  branches = np.zeros((n, length), np.int32)
+  window = np.zeros((b, c + 1), np.int32)
+  loss_mask = np.zeros((b, c), np.float32)
+  sampler_logp = np.zeros((b, c), np.float32)
+  adv = np.zeros((b,), np.float32)
+  for part, buffers in buffers_of_part.items():
+    for j, buffer in enumerate(buffers):
+      row = j * n_parts + part
+      at = 0
+      for s, segment in enumerate(buffer, start=1):
+        prompt = segment[0][1][0].prompt_ids
+        n_p = len(prompt)
+        tokens[row, at:at + n_p] = prompt
+        positions[row, at:at + n_p] = np.arange(n_p)
+        segment_ids[row, at:at + n_p] = s
+        last_prompt = j * length + at + n_p - 1  # Flat index within the part's buffers.
+        at += n_p
+        for k, (i, (t, a)) in enumerate(segment, start=1):
+          n_c = len(t.completion_ids)
+          tokens[row, at:at + n_c] = t.completion_ids
+          positions[row, at:at + n_c] = n_p + np.arange(n_c)
+          segment_ids[row, at:at + n_c] = s
+          branches[row, at:at + n_c] = k
+          r = i * n_parts + part
+          window[r, 0] = last_prompt
+          window[r, 1:1 + n_c] = j * length + at + np.arange(n_c)
+          window[r, 1 + n_c:] = window[r, n_c]  # Padding columns: masked by the loss.
+          loss_mask[r, :n_c] = 1.0
+          sampler_logp[r, :n_c] = t.logprobs
+          adv[r] = a
+          at += n_c
+  return {"packed_tokens_NxL": tokens, "packed_positions_NxL": positions,
+          "packed_segment_NxL": segment_ids, "packed_branch_NxL": branches,
+          "row_window_BxW": window, "loss_mask_BxC": loss_mask,
+          "sampler_logp_BxC": sampler_logp, "advantages_B": adv}

@@ -1,0 +1,171 @@
+"""The packed batch layout: the same rows, the same logprobs, the same update, few shapes."""
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlsvr import parallel
+from rlsvr.model import attention
+from rlsvr.rl.batch import build_batch, forward_slots
+from rlsvr.rl.logprobs import packed_logprobs, token_logprobs
+from rlsvr.rl.rollout import Trajectory
+from rlsvr.rl.train_step import GRPOConfig, init_train_state, train_step
+from tests.rl.test_shared_prompts import BASE, one_step, played_rows, rows_of
+from tests.rl.tiny import CONFIG, random_params
+
+PACKED = ("packed_tokens_NxL", "packed_positions_NxL", "packed_segment_NxL",
+          "packed_branch_NxL", "row_window_BxW")
+
+
+def packed_rows_of(batch, parts):
+  """`rows_of` for a packed batch, reading each row as the step does: its window indexes
+  its part's buffers (buffer j of part m is buffer j * parts + m)."""
+  n, length = batch["packed_tokens_NxL"].shape
+  out = []
+  for i, mask in enumerate(batch["loss_mask_BxC"]):
+    part, n_c = i % parts, int(mask.sum())
+    flat = lambda f: (f // length * parts + part, f % length)  # noqa: B023
+    buffer, last = flat(batch["row_window_BxW"][i, 0])
+    n_p = batch["packed_positions_NxL"][buffer, last] + 1
+    prompt = batch["packed_tokens_NxL"][buffer, last - n_p + 1:last + 1]
+    assert (batch["packed_branch_NxL"][buffer, last - n_p + 1:last + 1] == 0).all()
+    completion = [batch["packed_tokens_NxL"][flat(f)] for f in batch["row_window_BxW"][i, 1:]]
+    out.append((part, tuple(prompt.tolist()), tuple(int(t) for t in completion[:n_c]),
+                tuple(np.round(batch["sampler_logp_BxC"][i, :n_c], 6)),
+                float(batch["advantages_B"][i])))
+  return out
+
+
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("updates,micro", [(1, 0), (1, 4), (2, 8), (3, 0)])
+def test_packed_batches_hold_the_same_rows_in_the_same_updates(updates, micro, share):
+  cfg = dataclasses.replace(BASE, updates_per_batch=updates, micro_batch_size=micro)
+  rows = played_rows()
+  multiple = updates * (micro or 1)
+  plain = build_batch(rows, cfg, min_bucket=8, batch_multiple=multiple)
+  packed = build_batch(rows, cfg, min_bucket=8, batch_multiple=multiple, share_prompts=share,
+                       pack_tokens=128)
+  b = len(plain["advantages_B"])
+  parts = updates * (b // updates // micro if micro else 1)
+  assert packed["packed_tokens_NxL"].shape[0] % parts == 0
+  assert packed["loss_mask_BxC"].shape == plain["loss_mask_BxC"].shape
+  update_rows = lambda rows: sorted((r[0] % updates, *r[1:]) for r in rows if r[2])
+  assert update_rows(packed_rows_of(packed, parts)) == update_rows(rows_of(plain, parts))
+  # Each buffer's segments number 1, 2, ... and padding is 0; a completion's positions
+  # continue its prompt's.
+  segments = packed["packed_segment_NxL"]
+  assert (np.diff(segments, axis=1)[segments[:, 1:] != 0] >= 0).all()
+  # Fewer slots; micro-batches of a few rows each pack less (each packs its own rows).
+  fraction = 1.0 if parts > updates else 0.5 if share else 0.8
+  assert forward_slots(packed) <= fraction * forward_slots(plain)
+
+
+@pytest.fixture(scope="module")
+def params():
+  return random_params()
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_packed_logprobs_match_whole_rows(params, share):
+  rows = played_rows()
+  plain = build_batch(rows, min_bucket=8)
+  packed = build_batch(rows, min_bucket=8, share_prompts=share, pack_tokens=256)
+  c = plain["loss_mask_BxC"].shape[1]
+  logp, entropy = jax.jit(functools.partial(token_logprobs, CONFIG, completion_len=c))(
+      params, plain["tokens_BxT"], plain["attention_mask_BxT"])
+  logp_p, entropy_p = jax.jit(functools.partial(packed_logprobs, CONFIG))(
+      params, *(packed[k] for k in PACKED))
+  by_row = {r[1:4]: i for i, r in enumerate(rows_of(plain, 1)) if r[2]}
+  checked = 0
+  for j, row in enumerate(packed_rows_of(packed, 1)):
+    if not row[2]:
+      continue
+    i, n_c = by_row[row[1:4]], len(row[2])
+    assert abs(float(logp[i, :n_c].mean())) > 0.5  # Real values, not zeros.
+    np.testing.assert_allclose(logp_p[j, :n_c], logp[i, :n_c], atol=2e-5, rtol=0)
+    np.testing.assert_allclose(entropy_p[j, :n_c], entropy[i, :n_c], atol=2e-5, rtol=0)
+    checked += 1
+  assert checked == len(by_row)
+
+
+def test_segments_see_only_themselves_blocked_or_not():
+  """Two rows packed in one buffer attend as each alone does, in query blocks too; a
+  second continuation of a prompt sees the prompt and not the first continuation."""
+  rng = np.random.default_rng(0)
+  t, h, k, dh = 24, 4, 2, 8
+  q = jnp.asarray(rng.normal(size=(1, t, h, dh)), jnp.float32)
+  keys = jnp.asarray(rng.normal(size=(1, k, dh, t)), jnp.float32)
+  values = jnp.asarray(rng.normal(size=(1, k, t, dh)), jnp.float32)
+  # Segment 1: prompt 0..5, continuation 6..9, continuation 10..14; segment 2: 15..21.
+  segment = jnp.asarray([[1] * 15 + [2] * 7 + [0] * 2])
+  branch = jnp.asarray([[0] * 6 + [1] * 4 + [2] * 5 + [0] * 3 + [1] * 4 + [0] * 2])
+  packed = {block: attention.attend(q, keys, values, segment != 0, jnp.arange(t), block=block,
+                                    segments=attention.Segments(segment, branch))
+            for block in (None, 5)}
+  np.testing.assert_allclose(packed[5], packed[None], atol=1e-6)
+
+  def alone(idx):  # The row's own tokens, attended without packing.
+    idx = jnp.asarray(idx)
+    return attention.attend(q[:, idx], keys[..., idx], values[:, :, idx],
+                            jnp.ones((1, len(idx)), bool), jnp.arange(len(idx)), block=None)
+
+  second = [*range(6), *range(10, 15)]
+  np.testing.assert_allclose(packed[None][:, 10:15], alone(second)[:, 6:], atol=1e-6)
+  np.testing.assert_allclose(packed[None][:, 15:22], alone(range(15, 22)), atol=1e-6)
+
+
+# As tests/rl/test_shared_prompts.py: every split of the batch, and a mesh, where the
+# gather of each row's window reads every data shard and the update is still exact.
+@pytest.mark.parametrize("updates,micro,share,mesh_shape", [
+    (1, 0, True, None), (1, 4, True, None), (2, 0, False, None), (2, 4, True, None),
+    (1, 0, True, {"data": 2, "fsdp": 2})])
+def test_the_update_is_the_same_packed(params, updates, micro, share, mesh_shape):
+  cfg = dataclasses.replace(BASE, updates_per_batch=updates, micro_batch_size=micro)
+  mesh = parallel.make_mesh(mesh_shape, jax.devices()[:4]) if mesh_shape else None
+  multiple = int(np.lcm(updates * (micro or 1), 4 if mesh else 1))
+  rows = played_rows()
+  plain = build_batch(rows, cfg, min_bucket=8, batch_multiple=multiple)
+  packed = build_batch(rows, cfg, min_bucket=8, batch_multiple=multiple, share_prompts=share,
+                       pack_tokens=128)
+  params_plain, metrics_plain = one_step(cfg, params, plain, mesh)
+  params_packed, metrics_packed = one_step(cfg, params, packed, mesh)
+  moved = max(float(np.abs(np.asarray(a) - b).max())
+              for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(params_plain)))
+  assert moved > 1e-4  # The update is visible at the tolerance below.
+  for a, b in zip(jax.tree.leaves(params_packed), jax.tree.leaves(params_plain)):
+    np.testing.assert_allclose(a, b, atol=2e-6, rtol=0)
+  for k, v in metrics_plain.items():
+    np.testing.assert_allclose(metrics_packed[k], v, rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def test_packed_shapes_come_from_few_buckets_and_compile_once_each(params):
+  """Twelve steps of ragged GRPO rows: a handful of shapes, one compile per shape."""
+  cfg = dataclasses.replace(BASE, kl_coef=0.0, micro_batch_size=8)
+  batches = [build_batch(played_rows(seed=s, groups=3 + s % 2), cfg, min_bucket=8,
+                         batch_multiple=8, share_prompts=True, pack_tokens=128)
+             for s in range(12)]
+  shapes = [tuple(sorted((k, v.shape) for k, v in b.items())) for b in batches]
+  assert len(set(shapes)) <= 4, sorted(set(shapes))
+  state = init_train_state(CONFIG, cfg, params)
+  before = train_step._cache_size()
+  first = {}
+  for shape, batch in zip(shapes, batches):
+    first.setdefault(shape, batch)
+  for batch in [*first.values(), *first.values()]:  # Each shape twice: the second is a hit.
+    state, _ = train_step(state, batch)
+  assert train_step._cache_size() - before == len(first)
+
+
+def test_packing_refuses_what_it_cannot_lay_out():
+  with pytest.raises(ValueError, match="pack_tokens must be >= 0"):
+    GRPOConfig(pack_tokens=-1)
+  empty_prompt = [Trajectory(prompt_ids=[], completion_ids=[3, 4], logprobs=[-1.0, -1.0],
+                             reward=1.0, group_id=0, role="policy")]
+  with pytest.raises(ValueError, match="needs every row's prompt"):
+    build_batch(empty_prompt, advantages=[1.0], pack_tokens=64)
+  cfg = dataclasses.replace(BASE, micro_batch_size=5)  # 34 rows, padded to 48
+  with pytest.raises(ValueError, match="does not split"):
+    build_batch(played_rows(), cfg, pack_tokens=64)
