@@ -99,6 +99,11 @@ def base_config() -> ml_collections.ConfigDict:
   # Rows that continue one prompt (a group's samples, a game's detectors) run its forward
   # once, not once per row (`rlsvr.rl.batch`); the update is the same, minus the repeats.
   c.grpo.share_prompts = True
+  # > 0: rows packed end to end into buffers of up to this many tokens, without padding
+  # (`rlsvr.rl.packing`; the same update; one data shard). 0: rows padded to buckets.
+  # Packed with shared prompts, SmolLM2's update took 0.74x the shared layout's time on
+  # GSM8K rows and 0.85x on the spy game's detector rows (bench/packing.py).
+  c.grpo.pack_tokens = 1024
   # Optimizer updates per batch, each on 1/K of the rows (verl's mini-batches; paper: 1).
   # With 1 the ratios start at exactly 1; with K > 1 a no-gradient pass scores the batch
   # under the pre-update policy first.

@@ -48,7 +48,10 @@ class Setup:
   pad_id: int
   # Every update's rows split into whole micro-batches, every micro-batch over the data shards.
   rows_multiple: int
+  # The update's batch layout (`rlsvr.rl.batch`): on one batch shard only, since over data
+  # shards each row's forward would read other shards' prompts (or buffers).
   share_prompts: bool
+  pack_tokens: int
 
 
 def run(c, grpo: GRPOConfig, workdir: str) -> dict[str, Any]:
@@ -69,7 +72,8 @@ def run(c, grpo: GRPOConfig, workdir: str) -> dict[str, Any]:
                 experiment=experiment, sampler=sampler, pad_id=tokenizer.pad_token_id or 0,
                 rows_multiple=int(np.lcm(grpo.updates_per_batch
                                          * (c.grpo.micro_batch_size or 1), n_data)),
-                share_prompts=grpo.share_prompts and n_data == 1)
+                share_prompts=grpo.share_prompts and n_data == 1,
+                pack_tokens=grpo.pack_tokens if n_data == 1 else 0)
   writer = metrics.MetricsWriter(workdir, c.steps, console=env_spec.console,
                                  tensorboard=c.log.tensorboard,
                                  wandb_project=c.log.wandb_project, run_config=c.to_dict(),
@@ -212,17 +216,20 @@ def train_one_step(setup: Setup, state: TrainState, step: int):
   play_s = time.time() - t0
   batch = batching.build_batch(played.rows, grpo, pad_id=setup.pad_id,
                                batch_multiple=setup.rows_multiple,
-                               share_prompts=setup.share_prompts)
+                               share_prompts=setup.share_prompts,
+                               pack_tokens=setup.pack_tokens)
   state, step_metrics = train_step(state, parallel.put_batch(batch, setup.mesh))
   step_metrics = jax.device_get(step_metrics)
   step_s = time.time() - t0
   tokens = sum(len(t.completion_ids) for t in played.played)
   record = played.record()
+  row_tokens = sum(len(t.prompt_ids) + len(t.completion_ids) for t in played.rows if t.trained)
   step_metrics = {**record.labels, **record.metrics, **played.metrics,
                   **batching.rollout_metrics(played.played),
                   **{k: float(v) for k, v in step_metrics.items()},
                   "perf/step_s": step_s, "perf/play_s": play_s,
-                  "perf/tokens_per_s": tokens / play_s}
+                  "perf/tokens_per_s": tokens / play_s,
+                  "perf/update_slots_per_token": batching.forward_slots(batch) / max(row_tokens, 1)}
   peak = runtime.peak_device_bytes()
   if peak is not None:  # GPU, TPU: compare with `python -m rlsvr.plan`.
     step_metrics["perf/peak_device_bytes"] = float(peak)

@@ -159,12 +159,15 @@ def test_a_save_cut_off_midway_is_ignored_on_resume(smoke_run, tmp_path):
 @pytest.mark.parametrize("name", ["spy_write", "spy_math", "rlsr_integration"])
 def test_every_config_smoke_variant_runs(name, tmp_path):
   """spy_summ and rlsr_countdown run in the tests above and in test_experiment.py; spy_math
-  runs with dynamic sampling (grpo.filter_groups)."""
+  runs with dynamic sampling (grpo.filter_groups), spy_write with packed update batches
+  (grpo.pack_tokens: both phases' rows, each detector's prompt shared by its rows)."""
   config = importlib.import_module(f"configs.{name}").get_config("smoke")
   config.steps = 2
   filtered = name == "spy_math"
   if filtered:
     config.grpo.filter_groups, config.grpo.max_num_gen_batches = True, 2
+  if name == "spy_write":
+    config.grpo.pack_tokens = 256
   workdir = str(tmp_path / name)
   train.train(config, workdir)
   rows = metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
@@ -174,6 +177,7 @@ def test_every_config_smoke_variant_runs(name, tmp_path):
   for row in rows:
     assert ("filter/rounds" in row) == filtered
     assert 0 <= row["rollout_corr/ratio_mean"] and "actor/ppo_kl" in row
+    assert row["perf/update_slots_per_token"] > 0
   if filtered:  # The stream position is checkpointed: every round drew its own games.
     with open(os.path.join(workdir, "checkpoints", "2", "env", "metadata")) as f:
       saved = json.load(f)  # orbax's JSON item
@@ -185,6 +189,7 @@ def test_every_config_smoke_variant_runs(name, tmp_path):
     ("model.param_dtype", "float16", "model.param_dtype"),
     ("model.compute_dtype", "int8", "model.compute_dtype"),
     ("grpo.updates_per_batch", 0, "grpo"),
+    ("grpo.pack_tokens", -1, "grpo"),
     ("grpo.rollout_is", "geometric", "grpo"),
     ("spy.baseline_order", "after", "spy"),
     ("steps", 0, "steps"),
