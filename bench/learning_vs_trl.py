@@ -10,9 +10,12 @@ From a fresh clone (the TRL venv as in ../shared/TOOLCHAIN.md, "Peers for side-b
   .venv/bin/python bench/learning_vs_trl.py --task length --seeds 0 --steps 15   # ~30 min
   .venv/bin/python bench/learning_vs_trl.py --task math --seeds 0,1 --steps 15
   # --reuse keeps the seeds already finished in --out with the same settings, so
-  # `--seeds 0` now and `--seeds 0,1 --reuse` later runs seed 1 only.
+  # `--seeds 0` now and `--seeds 0,1 --reuse` later runs seed 1 only; a seed whose only
+  # change is on our side (--pack-tokens) reruns ours and keeps TRL's run.
   .venv/bin/python bench/learning_vs_trl.py --task length --steps 2 --prompts-per-step 2 \
       --group-size 4 --max-new-tokens 8 --out /tmp/lvt     # a ~3-minute end-to-end check
+  # Our side with rows padded instead of packed (grpo.pack_tokens=0):
+  .venv/bin/python bench/learning_vs_trl.py --task length --seeds 0,1 --pack-tokens 0
   # LoRA on both sides (TRL with a peft LoraConfig: pip install peft==0.21.2 there too):
   .venv/bin/python bench/learning_vs_trl.py --task length --lora-rank 16 --lr 2e-4
 
@@ -214,6 +217,7 @@ def ours_worker(spec_path: str) -> None:
                                                                             "grpo", True)
   g.updates_per_batch, g.rollout_is, g.filter_groups, g.overlong_buffer = 1, "none", False, 0
   g.micro_batch_size, g.remat = 0, False  # One pass over the whole batch, as TRL's.
+  g.pack_tokens = s["pack_tokens"]
   if s.get("lora"):
     c.model.lora.update(rank=s["lora"]["rank"], alpha=s["lora"]["alpha"],
                         targets=",".join(s["lora"]["targets"]), dropout=s["lora"]["dropout"])
@@ -256,19 +260,32 @@ def run(cmd: list[str], env: dict[str, str], log_path: str) -> dict[str, float]:
 RESULT = "result.json"
 
 
-def finished_seed(seed_dir: str, specs: dict[str, dict]) -> dict | None:
-  """A seed's stored result when it was run with exactly these specs, else None: seeds
-  accumulate over invocations (--reuse) without mixing settings."""
+def stored_result(seed_dir: str, specs: dict[str, dict]) -> tuple[dict | None, set[str]]:
+  """(a seed's stored result, the sides it ran with exactly these specs): seeds and
+  sides accumulate over invocations (--reuse) without mixing settings."""
   try:
-    stored = {}
-    for side in specs:
-      with open(os.path.join(seed_dir, f"{side}_spec.json"), encoding="utf-8") as f:
-        stored[side] = json.load(f)
     with open(os.path.join(seed_dir, RESULT), encoding="utf-8") as f:
       result = json.load(f)
   except (OSError, ValueError):
-    return None
-  return result if stored == json.loads(json.dumps(specs)) else None
+    return None, set()
+  same = set()
+  for side, spec in specs.items():
+    try:
+      with open(os.path.join(seed_dir, f"{side}_spec.json"), encoding="utf-8") as f:
+        if json.load(f) == json.loads(json.dumps(spec)):
+          same.add(side)
+    except (OSError, ValueError):
+      pass
+  return result, same
+
+
+def pack_tokens(args) -> int:
+  """Our side's grpo.pack_tokens: --pack-tokens, else configs/rlvr_math.py:cpu's."""
+  if args.pack_tokens is not None:
+    return args.pack_tokens
+  from configs.rlvr_math import get_config  # noqa: PLC0415
+
+  return get_config("cpu").grpo.pack_tokens
 
 
 def run_seed(args, seed: int, rows: list[dict], chat: bool, model_dir: str) -> dict:
@@ -298,21 +315,26 @@ def run_seed(args, seed: int, rows: list[dict], chat: bool, model_dir: str) -> d
   # Both sides run with the malloc settings that `rlsvr.train` gives itself.
   env = runtime.huge_pages_env(env) or env
   specs = {"ours": dict(common, data=paths["data"], data_order=paths["order"], workdir=workdir,
-                        out=paths["ours"]),
+                        out=paths["ours"], pack_tokens=pack_tokens(args)),
            "trl": dict(common, data=paths["order"], out=paths["trl"])}
-  if args.reuse and (done := finished_seed(d, specs)) is not None:
+  stored, same = stored_result(d, specs) if args.reuse else (None, set())
+  if same == set(specs):
     print(f"seed {seed}: reusing {os.path.join(d, RESULT)}", flush=True)
-    return done
-  for side in ("ours", "trl"):
+    return stored
+  for side in specs:
     with open(os.path.join(d, f"{side}_spec.json"), "w", encoding="utf-8") as f:
       json.dump(specs[side], f, indent=1)
   print(f"seed {seed}: our trainer ...", flush=True)
   ours_proc = run([args.ours_python, os.path.abspath(__file__), "--ours-worker",
                    os.path.join(d, "ours_spec.json")], env, os.path.join(d, "ours.log"))
   shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)
-  print(f"seed {seed}: TRL ...", flush=True)
-  trl_proc = run([args.trl_python, os.path.join(ROOT, "bench", "trl_side.py"),
-                  os.path.join(d, "trl_spec.json")], env, os.path.join(d, "trl.log"))
+  if "trl" in same:  # Only our side's settings changed (e.g. --pack-tokens): TRL's run stands.
+    print(f"seed {seed}: reusing TRL's run in {paths['trl']}", flush=True)
+    trl_proc = stored["process"]["trl"]
+  else:
+    print(f"seed {seed}: TRL ...", flush=True)
+    trl_proc = run([args.trl_python, os.path.join(ROOT, "bench", "trl_side.py"),
+                    os.path.join(d, "trl_spec.json")], env, os.path.join(d, "trl.log"))
   from rlsvr import metrics  # noqa: PLC0415
 
   ours = ours_steps(metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl")))
@@ -381,6 +403,8 @@ def main() -> None:
   p.add_argument("--lora-alpha", type=float, default=32.0)
   p.add_argument("--lora-targets", default="q,k,v,o,gate,up,down")
   p.add_argument("--lora-dropout", type=float, default=0.0)
+  p.add_argument("--pack-tokens", type=int, default=None,
+                 help="ours: grpo.pack_tokens (0: padded rows; default: the config's)")
   p.add_argument("--last-k", type=int, default=5)
   p.add_argument("--data-limit", type=int, default=0, help="prompts kept (0: all / 64 GSM8K)")
   p.add_argument("--out", default="runs/learning_vs_trl")

@@ -68,18 +68,20 @@ def test_draw_order_replays_passes_of_the_stream():
   assert order == lvt.draw_order(rows, 2, 4, seed=3)
 
 
-def test_finished_seed_is_reused_only_with_the_same_settings(tmp_path):
+def test_a_stored_seed_is_reused_only_side_by_side_with_the_same_settings(tmp_path):
   specs = {"ours": {"seed": 1, "lr": 2e-5, "funcs": ["length"]}, "trl": {"seed": 1}}
-  assert lvt.finished_seed(str(tmp_path), specs) is None  # Nothing there.
+  assert lvt.stored_result(str(tmp_path), specs) == (None, set())  # Nothing there.
   for side, spec in specs.items():
     (tmp_path / f"{side}_spec.json").write_text(json.dumps(spec))
-  assert lvt.finished_seed(str(tmp_path), specs) is None  # Specs but no result: a crashed run.
+  # Specs but no result: a crashed run.
+  assert lvt.stored_result(str(tmp_path), specs) == (None, set())
   (tmp_path / lvt.RESULT).write_text('{"seed": 1, "ours": [], "trl": []}')
-  assert lvt.finished_seed(str(tmp_path), specs)["seed"] == 1
+  result, same = lvt.stored_result(str(tmp_path), specs)
+  assert result["seed"] == 1 and same == {"ours", "trl"}
   other = {**specs, "ours": {**specs["ours"], "lr": 1e-5}}
-  assert lvt.finished_seed(str(tmp_path), other) is None
+  assert lvt.stored_result(str(tmp_path), other)[1] == {"trl"}  # Ours reruns, TRL's stands.
   (tmp_path / lvt.RESULT).write_text('{"seed": 1, "ours"')  # Torn write.
-  assert lvt.finished_seed(str(tmp_path), specs) is None
+  assert lvt.stored_result(str(tmp_path), specs) == (None, set())
 
 
 def test_prompts_match_in_both_forms():
