@@ -167,22 +167,24 @@ def test_the_reference_is_the_base_model(params, batch):  # noqa: F811
 # The layouts and splits of test_shared_prompts, under LoRA: updates > 1 score the old
 # policy in a no-gradient pass that must read the adapters too.
 @pytest.mark.parametrize("updates,micro", [(2, 4)])
-def test_the_lora_update_is_the_same_in_both_layouts(params, updates, micro):  # noqa: F811
+def test_the_lora_update_is_the_same_in_every_layout(params, updates, micro):  # noqa: F811
   cfg = dataclasses.replace(BASE, updates_per_batch=updates, micro_batch_size=micro)
   rows = played_rows()
   multiple = updates * (micro or 1)
   results = []
-  for share in (False, True):
-    b = build_batch(rows, cfg, min_bucket=8, batch_multiple=multiple, share_prompts=share)
+  for share, pack in ((False, 0), (True, 0), (True, 128)):  # Padded, shared, packed.
+    b = build_batch(rows, cfg, min_bucket=8, batch_multiple=multiple, share_prompts=share,
+                    pack_tokens=pack)
     state, metrics = train_step(lora_state(cfg, params, ALL), b)
     results.append((jax.tree.map(np.asarray, state.params), metrics))
-  (plain, m_plain), (shared, m_shared) = results
+  (plain, m_plain), *others = results
   moved = max(float(np.abs(a - b).max())
               for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(trained_adapters(ALL))))
   assert moved > 1e-4
-  for a, b in zip(jax.tree.leaves(shared), jax.tree.leaves(plain)):
-    np.testing.assert_allclose(a, b, atol=2e-6, rtol=0)
-  np.testing.assert_allclose(m_shared["actor/loss"], m_plain["actor/loss"], rtol=1e-4, atol=1e-6)
+  for adapters, m in others:
+    for a, b in zip(jax.tree.leaves(adapters), jax.tree.leaves(plain)):
+      np.testing.assert_allclose(a, b, atol=2e-6, rtol=0)
+    np.testing.assert_allclose(m["actor/loss"], m_plain["actor/loss"], rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("bad,message", [
