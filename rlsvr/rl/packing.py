@@ -95,10 +95,10 @@ def packed_layout(rows_of_part: dict[int, list], c: int, b: int, pad_id: int, pa
   longest_row = max(len(t.prompt_ids) + len(t.completion_ids) for t, _ in rows)
   # Every buffer length from the longest row's bucket up to pack_tokens' is tried, and the
   # one computing the fewest slots wins (the shorter on a tie: attention costs L a token).
+  shortest = length_bucket(longest_row)
+  longest = max(shortest, length_bucket(pack_tokens))
   best = None
-  for length in length_buckets():
-    if length < length_bucket(longest_row) or (best and length > length_bucket(pack_tokens)):
-      continue
+  for length in (n for n in length_buckets() if shortest <= n <= longest):
     buffers_of_part = {part: _fill(_segments(part_rows, share_prompts, length), length)
                        for part, part_rows in rows_of_part.items()}
     per_part = row_bucket(max(len(x) for x in buffers_of_part.values()))
