@@ -102,15 +102,17 @@ def test_segments_see_only_themselves_blocked_or_not():
   # Segment 1: prompt 0..5, continuation 6..9, continuation 10..14; segment 2: 15..21.
   segment = jnp.asarray([[1] * 15 + [2] * 7 + [0] * 2])
   branch = jnp.asarray([[0] * 6 + [1] * 4 + [2] * 5 + [0] * 3 + [1] * 4 + [0] * 2])
-  packed = {block: attention.attend(q, keys, values, segment != 0, jnp.arange(t), block=block,
-                                    segments=attention.Segments(segment, branch))
+  # Jitted: op by op, the blocked path compiles each of its small ops apart (17 s cold).
+  attend = jax.jit(attention.attend, static_argnames="block")
+  packed = {block: attend(q, keys, values, segment != 0, jnp.arange(t), block=block,
+                          segments=attention.Segments(segment, branch))
             for block in (None, 5)}
   np.testing.assert_allclose(packed[5], packed[None], atol=1e-6)
 
   def alone(idx):  # The row's own tokens, attended without packing.
-    idx = jnp.asarray(idx)
-    return attention.attend(q[:, idx], keys[..., idx], values[:, :, idx],
-                            jnp.ones((1, len(idx)), bool), jnp.arange(len(idx)), block=None)
+    idx = np.asarray(idx)
+    return attend(q[:, idx], keys[..., idx], values[:, :, idx], jnp.ones((1, len(idx)), bool),
+                  jnp.arange(len(idx)), block=None)
 
   second = [*range(6), *range(10, 15)]
   np.testing.assert_allclose(packed[None][:, 10:15], alone(second)[:, 6:], atol=1e-6)
