@@ -122,9 +122,9 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
       above, rows reordered) when that saves >= 25% of the tokens; the update
       is the same. `config`'s updates_per_batch and micro_batch_size say how
       the step will split the rows.
-    pack_tokens: > 0: pack the rows into buffers of about this many tokens
-      (`rlsvr.rl.packing`; with `share_prompts`, each prompt once per buffer);
-      the update is the same.
+    pack_tokens: > 0: pack the rows into buffers of up to this many tokens (of the
+      longest row's, when longer; `rlsvr.rl.packing`; with `share_prompts`, each
+      prompt once per buffer); the update is the same.
 
   Returns:
     tokens_BxT, attention_mask_BxT, loss_mask_BxC, sampler_logp_BxC,
