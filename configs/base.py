@@ -101,8 +101,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.grpo.share_prompts = True
   # > 0: rows packed end to end into buffers of up to this many tokens, without padding
   # (`rlsvr.rl.packing`; the same update; one data shard). 0: rows padded to buckets.
-  # Packed with shared prompts, SmolLM2's update took 0.74x the shared layout's time on
-  # GSM8K rows and 0.85x on the spy game's detector rows (bench/packing.py).
+  # Faster than the padded layouts where rows share prompts or differ in length, never
+  # slower beyond noise (bench/packing.py; docs/benchmarks.md, "Packed update batches").
   c.grpo.pack_tokens = 1024
   # Optimizer updates per batch, each on 1/K of the rows (verl's mini-batches; paper: 1).
   # With 1 the ratios start at exactly 1; with K > 1 a no-gradient pass scores the batch

@@ -30,7 +30,8 @@ and C as in the padded layouts.
 
 Attention costs L per token in every buffer, where a padded row costs its own length:
 on a mesh the gather of each row's window reads every data shard, so `rlsvr.train`
-packs on one batch shard only, as it shares prompts (bench/train_step.py measures both).
+packs on one batch shard only, as it shares prompts (bench/packing.py measures
+the layouts on played rows).
 """
 from __future__ import annotations
 
