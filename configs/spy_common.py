@@ -62,6 +62,8 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   # The detector's reply is `\boxed{` plus one valid vote, drawn by the sampler from the
   # model's distribution restricted to `1}`..`n}`, `N/A}` (no reasoning); not the paper's.
   c.spy.constrained_vote = False
+  # With constrained_vote: whether N/A is one of its answers (`SpyGameConfig.vote_abstain`).
+  c.spy.vote_abstain = True
   c.data.source = "bundled" if "bundled" in variants else "hub"
   # 640 Ki cache slots per sampler slice on an 8-GPU node: 16 player rows (P=24576 +
   # N=4096 each), 64 detector rows (8 shared 40k-token prompts + 64 x 4096); more do not

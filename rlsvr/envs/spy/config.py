@@ -75,6 +75,13 @@ class SpyGameConfig:
       restricted to these answers (`rlsvr.sampling.choices`); the prompt lists
       them and asks for no reasoning. For models too small to write a valid vote
       (the CPU default); not in the paper: off by default.
+    vote_abstain: whether `N/A}` is one of the constrained vote's answers (and the
+      prompt offers it). An abstention scores 0, as a miss does, so the expected
+      policy gradient raises each number's logit in proportion to its probability
+      while abstentions fade: the vote's preferred position sharpens, whatever the
+      outputs say. Without it, a vote for a fixed position gets zero expected
+      gradient under rotated orders (docs/results.md, spy game). Needs
+      constrained_vote (a free vote may always write N/A).
     sampling: extra keyword arguments passed to every `sample` call
       (temperature, top_p, ...). A dict, so the config is not hashable.
   """
@@ -101,6 +108,7 @@ class SpyGameConfig:
   detector_max_new_tokens: int = 4096
   answer_prefill: bool = False
   constrained_vote: bool = False
+  vote_abstain: bool = True
   sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
@@ -121,6 +129,8 @@ class SpyGameConfig:
         (self.training_phase in mechanics.TRAINING_PHASES,
          f"training_phase must be one of {mechanics.TRAINING_PHASES}"),
         (self.cycle_length >= 1, "cycle_length must be >= 1"),
+        (self.vote_abstain or self.constrained_vote,
+         "vote_abstain=False needs constrained_vote (a free vote may always write N/A)"),
         (0.0 <= self.baseline_momentum <= 1.0, "baseline_momentum must be in [0, 1]"),
         (self.baseline_order in mechanics.BASELINE_ORDERS,
          f"baseline_order must be one of {mechanics.BASELINE_ORDERS}"),

@@ -232,22 +232,24 @@ def detector_prompt(
   ])
 
 
-def vote_answers(num_players: int) -> list[str]:
-  """The box contents of every valid vote: the player numbers, then N/A."""
-  return [str(k) for k in range(1, num_players + 1)] + ["N/A"]
+def vote_answers(num_players: int, abstain: bool = True) -> list[str]:
+  """The box contents of every valid vote: the player numbers, then N/A (with `abstain`)."""
+  return [str(k) for k in range(1, num_players + 1)] + (["N/A"] if abstain else [])
 
 
 def _vote_instruction(config: SpyGameConfig) -> str:
   if _TASKS[config.task].brief:
     # Every box spelled out: with "`\\boxed{k}`, k from 1 to n" SmolLM2-135M abstained in
     # nine votes of ten, with the list in about one in five (docs/results.md, spy game).
-    *players, abstain = [f"`\\boxed{{{a}}}`" for a in vote_answers(config.num_players)]
-    return (f"Which player is the spy? Reply {', '.join(players[:-1])} or {players[-1]} "
-            f"({abstain} if you cannot tell).")
+    players = [f"`\\boxed{{{a}}}`" for a in vote_answers(config.num_players, abstain=False)]
+    abstain = " (`\\boxed{N/A}` if you cannot tell)" if config.vote_abstain else ""
+    return (f"Which player is the spy? Reply {', '.join(players[:-1])} or {players[-1]}"
+            f"{abstain}.")
   if config.constrained_vote:  # The reply is the box alone: say so, with every answer.
-    answers = ", ".join(f"`\\boxed{{{a}}}`" for a in vote_answers(config.num_players))
+    answers = ", ".join(f"`\\boxed{{{a}}}`"
+                        for a in vote_answers(config.num_players, config.vote_abstain))
     return (f"Reply with your vote only, one of: {answers}. A number names the player you think "
-            "is the spy; N/A means you cannot tell.")
+            "is the spy" + ("; N/A means you cannot tell." if config.vote_abstain else "."))
   return (f"Reason briefly, then give your vote as `\\boxed{{k}}` with k the number (1 to "
           f"{config.num_players}) of the player you think is the spy, or `\\boxed{{N/A}}` if you "
           "cannot tell. Write exactly one `\\boxed{}`.")

@@ -352,6 +352,22 @@ def test_constrained_votes_are_one_of_the_valid_answers():
   assert all(r.max_new_tokens == 4 for r in detectors)
 
 
+def test_a_vote_without_abstention_offers_and_draws_the_numbers_only():
+  tokenizer = ByteTokenizer()
+  for task, listed in (("summarisation", "`\\boxed{3}`, `\\boxed{4}`. A number"),
+                       ("facts", "`\\boxed{3}` or `\\boxed{4}`.")):
+    config = SpyGameConfig.for_task(task, rollout_n=2, constrained_vote=True, answer_prefill=True,
+                                    vote_abstain=False)
+    sample, calls = _choosing_policy(tokenizer, _vote_for_the_marked_spy)
+    batch = SpyGame(config, tokenizer, record_prompts=True).play_episodes(
+        bundled_corpus(task)[:1], sample, np.random.default_rng(0), 1)
+    assert [tokenizer.decode(c) for c in calls[-1]["choices"]] == ["1}", "2}", "3}", "4}"]
+    prompt = batch.records[0]["detection_prompt"]
+    assert listed in prompt and "N/A" not in prompt
+  with pytest.raises(ValueError, match="vote_abstain=False needs constrained_vote"):
+    SpyGameConfig.for_task("facts", vote_abstain=False)
+
+
 def test_evaluate_scores_games_without_touching_the_training_state():
   config = SpyGameConfig.for_task("summarisation", rollout_n=2, constrained_vote=True,
                                   answer_prefill=True)
