@@ -44,6 +44,9 @@ BENCH = {  # Flags not named here stay as written.
     "bench/accelerator_check.py": Bench(None, {}, ("--json",), extra=("--smoke", "--parts=learn")),
     "bench/spy_ceiling.py": Bench("configs/spy_summ.py:cpu", {"--games": "2"}, ("--json",)),
     "bench/spy_probe.py": Bench("configs/spy_summ.py:cpu", {"--games": "4"}, ("--json",)),
+    "bench/spy_readout.py": Bench("configs/spy_summ.py:cpu",
+                                  {"--games": "2", "--per-step": "1", "--eval-games": "2",
+                                   "--votes": "2"}, ("--json",)),
     "bench/learning_spy.py": Bench(
         "configs/spy_summ.py:cpu",
         {"--seeds": "0", "--set steps": "1", "--set heldout.size": "2",

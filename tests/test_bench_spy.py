@@ -92,3 +92,48 @@ def test_step_diagnostics_count_groups_without_spread_with_and_without_filtering
   rows[1].update({"filter/groups_kept": 0.0, "filter/groups_dropped": 4.0})
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
   assert learning_spy.step_diagnostics(str(tmp_path))["decision/no_spread_share"] == 0.625
+
+
+def _smoke_game():
+  from configs.spy_summ import get_config
+  from rlsvr.envs.spy import SpyGame
+  from rlsvr.envs.spy.experiment import game_config
+  from rlsvr.model import sources
+
+  c = get_config("smoke")
+  c.spy.constrained_vote = True
+  return SpyGame(game_config(c), sources.tokenizer_for(c.model.source, c.model.tokenizer))
+
+
+def test_readout_games_show_each_game_in_every_order_with_the_spy_where_it_says():
+  from bench import spy_readout
+  from rlsvr.data.bundled import fact_sheets
+
+  game = _smoke_game()
+  games = spy_readout.shown_games(game, fact_sheets(3, seed=5), np.random.default_rng(0), 4)
+  for orders in games:
+    assert sorted(spy for _, spy in orders) == [1, 2, 3, 4]  # every shown number once
+    for ids, spy in orders:
+      text = game.tokenizer.decode(ids)
+      starred = [line for line in text.split("\n") if line.startswith("Player ") and "*" in line]
+      assert len(starred) == 1 and starred[0].startswith(f"Player {spy}:")
+  (one,) = spy_readout.shown_games(game, fact_sheets(1, seed=5), np.random.default_rng(0), 1)
+  assert len(one) == 1
+
+
+def test_readout_rows_reward_the_spy_and_form_one_group_per_game():
+  from bench import spy_readout
+
+  choices = [[1], [2], [3], [4], [5, 6]]
+  games = [[([7, 8], 2), ([7, 9], 3)], [([7, 10], 4)]]
+  probs = np.array([[0.1, 0.6, 0.1, 0.1, 0.1], [0.0, 0.0, 0.0, 1.0, 0.0],
+                    [0.2, 0.2, 0.2, 0.2, 0.2]])
+  rng = np.random.default_rng(0)
+  label = spy_readout.step_rows(games, probs, choices, "label", 0, rng, step=1)
+  assert len(label) == 3 * 5
+  assert [r.completion_ids for r in label if r.reward == 1.0] == [[2], [3], [4]]
+  assert len({r.group_id for r in label[:10]}) == 1 and label[10].group_id != label[0].group_id
+  votes = spy_readout.step_rows(games, probs, choices, "reward", 6, rng, step=1)
+  assert len(votes) == 3 * 6
+  assert all(r.completion_ids == [4] and r.reward == 0.0 for r in votes[6:12])  # p = 1 on "4"
+  assert votes[0].logprobs == [float(np.log(probs[0][votes[0].completion_ids[0] - 1]))]

@@ -100,15 +100,15 @@ class SpyGame:
   def decode(self, ids: Sequence[int]) -> str:
     return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
-  def _vote_choices(self) -> list[list[int]] | None:
+  def vote_choices(self) -> list[list[int]] | None:
     """Token ids of every valid vote's box end (`3}`, `N/A}`) under constrained_vote."""
     if not self.config.constrained_vote:
       return None
     return [self.tokenizer.encode(a + "}", add_special_tokens=False)
-            for a in prompts.vote_answers(self.config.num_players)]
+            for a in prompts.vote_answers(self.config.num_players, self.config.vote_abstain)]
 
   def detector_max_new_tokens(self) -> int:
-    choices = self._vote_choices()
+    choices = self.vote_choices()
     return max(map(len, choices)) if choices else self.config.detector_max_new_tokens
 
   def _sample(self, sample: SampleFn, prompt_ids: list[list[int]], max_new_tokens: int,
@@ -188,7 +188,7 @@ class SpyGame:
         if not game.detection_prompt:  # The record shows the first detector's prompt.
           game.detection_prompt = text
       prompt_ids += [ids_of[order] for order in orders]
-    choices = self._vote_choices()
+    choices = self.vote_choices()
     completions = self._sample(sample, prompt_ids, self.detector_max_new_tokens(),
                                **({"choices": choices} if choices else {}))
     for i, completion in enumerate(completions):

@@ -1,0 +1,224 @@
+"""How many games does the update need to learn the spy vote: from labels, and from rewards?
+
+  python bench/spy_readout.py --mode label --games 96          # the answer given, as rows
+  python bench/spy_readout.py --mode reward --games 96         # the detectors' GRPO reward
+  python bench/spy_readout.py --mode reward --set grpo.lr=3e-6 --votes 16
+  python bench/spy_readout.py --games 2 --per-step 1 --eval-games 2 --config configs/spy_summ.py:smoke
+
+The detection phase alone, on idealised games of `--config`'s facts game (those of
+`bench/spy_probe.py`: the civilians restate the sheet, the spy its masked copy, so the
+scripted detectors find the spy every time and only the vote has to learn), with the
+trainer's own update (`rlsvr.rl.train_step`, `--config`'s `grpo.*`) and no players to
+sample. Each game is shown in every rotation of the players' order
+(`spy.detector_orders=rotated`), so a fixed preferred position earns exactly chance.
+
+- `--mode reward`: per shown order, `--votes` votes drawn from the constrained vote's
+  distribution (the model's restricted to `1}`..`n}`, `N/A}` at the sampling
+  temperature, as the sampler draws them), reward 1 for the spy; one GRPO group per
+  game. This is the game's decision step without the sampler and the players.
+- `--mode label`: every answer as a row, reward 1 for the spy's: one group per game,
+  so the answer is given, not drawn. How fast the update can learn the readout at all.
+
+Prints, every `--eval-every` steps, the held-out games' (`--eval-games`, one order each)
+mean probability of the spy's vote, its accuracy (the most likely answer), the
+abstention probability and the largest share of one shown number, with standard errors;
+and the update's seconds. `docs/results.md` (spy game) reads them against the probe.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import set_key  # noqa: E402
+from spy_ceiling import load_config  # noqa: E402
+
+EVAL_ROWS = 8  # Prompts per forward call: one compiled shape per length bucket.
+
+
+def shown_games(game, documents, rng, rotations: int):
+  """Per document, the detector prompts of its idealised game in `rotations` orders:
+  [(prompt ids, the spy's shown number), ...]."""
+  from rlsvr.envs.spy import mechanics, prompts  # noqa: PLC0415
+
+  cfg, n = game.config, game.config.num_players
+  out = []
+  for document in documents:
+    document = mechanics.truncate_words(document, cfg.truncate_words)
+    spy = int(rng.integers(1, n + 1))
+    masked = mechanics.mask_span(document, cfg.mask_fraction, rng).text
+    texts = {p: (masked if p == spy else document).replace("\n", " ") for p in range(1, n + 1)}
+    first = int(rng.integers(n)) if rotations == 1 else 0
+    orders = []
+    for r in range(first, first + rotations):
+      order = [(r + k) % n + 1 for k in range(n)]  # Shown number k + 1 is player order[k].
+      shown = [(1, k + 1, texts[p]) for k, p in enumerate(order)]
+      prompt = prompts.detector_prompt(cfg, reference=document, outputs=shown)
+      orders.append((game.encode(prompt, game.prefill("detector")), order.index(spy) + 1))
+    out.append(orders)
+  return out
+
+
+def make_vote_probs(model_config, first_tokens, temperature: float, pad_id: int):
+  """probs(params, prompts) -> P x A: the constrained vote's distribution over the
+  answers (the first token decides each: the rest of `n}`, `N/A}` is forced)."""
+  import jax  # noqa: PLC0415
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  from rlsvr.model import qwen3  # noqa: PLC0415
+
+  @jax.jit
+  def last_logits(params, tokens_BxT, mask_BxT):
+    positions_BxT = qwen3.positions_from_mask(mask_BxT)
+    hidden_BxTxD, _ = qwen3.forward(model_config, params, tokens_BxT, positions_BxT, mask_BxT)
+    return qwen3.unembed(model_config, params, hidden_BxTxD[:, -1:])[:, 0, jnp.array(first_tokens)]
+
+  def probs(params, prompts):
+    out = []
+    width = -(-max(map(len, prompts)) // 64) * 64
+    for i in range(0, len(prompts), EVAL_ROWS):
+      chunk = prompts[i:i + EVAL_ROWS]
+      tokens = np.full((EVAL_ROWS, width), pad_id, np.int32)
+      mask = np.zeros((EVAL_ROWS, width), np.int32)
+      for b, ids in enumerate(chunk):  # Left-padded: every prompt ends at the last slot.
+        tokens[b, width - len(ids):], mask[b, width - len(ids):] = ids, 1
+      mask[len(chunk):, -1] = 1  # Padding rows attend to one slot (no empty softmax).
+      z = np.asarray(last_logits(params, tokens, mask), np.float64)[:len(chunk)] / temperature
+      z = np.exp(z - z.max(1, keepdims=True))
+      out.append(z / z.sum(1, keepdims=True))
+    return np.concatenate(out)
+
+  return probs
+
+
+def evaluate(probs_fn, params, held_out, n: int) -> dict[str, float]:
+  prompts = [ids for ((ids, _),) in held_out]
+  shown_spy = np.array([spy for ((_, spy),) in held_out])
+  p = probs_fn(params, prompts)
+  p_spy = p[np.arange(len(p)), shown_spy - 1]
+  hit = (p.argmax(1) == shown_spy - 1).astype(float)
+  se = lambda x: float(np.std(x) / np.sqrt(len(x)))
+  return {"p_spy": float(p_spy.mean()), "p_spy/se": se(p_spy), "acc": float(hit.mean()),
+          "acc/se": se(hit), "p_abstain": float(p[:, n:].sum(1).mean()),
+          "top_position_share": float(p[:, :n].mean(0).max() / max(p[:, :n].sum(1).mean(), 1e-9))}
+
+
+def step_rows(games, probs, choices, mode: str, votes: int, rng, step: int):
+  """The step's Trajectory rows: one GRPO group per game."""
+  from rlsvr.rl.rollout import Trajectory  # noqa: PLC0415
+
+  rows, i = [], 0
+  for g, orders in enumerate(games):
+    group = step * 1000 + g
+    for ids, shown_spy in orders:
+      p = probs[i]
+      i += 1
+      answers = (range(len(choices)) if mode == "label" else
+                 rng.choice(len(choices), size=votes, p=p))
+      for a in answers:
+        rows.append(Trajectory(
+            prompt_ids=list(ids), completion_ids=list(choices[a]),
+            logprobs=[float(np.log(max(p[a], 1e-30)))] + [0.0] * (len(choices[a]) - 1),
+            reward=float(a == shown_spy - 1), group_id=group, role="detector",
+            finish_reason="stop", max_new_tokens=max(map(len, choices))))
+  return rows
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--config", default="configs/spy_summ.py:cpu")
+  parser.add_argument("--set", action="append", default=[], help="config key=value")
+  parser.add_argument("--mode", choices=("reward", "label"), default="reward")
+  parser.add_argument("--games", type=int, default=96, help="training games")
+  parser.add_argument("--per-step", type=int, default=4, help="games per update")
+  parser.add_argument("--votes", type=int, default=8, help="reward mode: votes per shown order")
+  parser.add_argument("--eval-games", type=int, default=64)
+  parser.add_argument("--eval-every", type=int, default=4, help="steps")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--json", default=None)
+  args = parser.parse_args(argv)
+
+  from rlsvr import runtime  # noqa: PLC0415
+  from rlsvr.data.bundled import fact_sheets  # noqa: PLC0415
+  from rlsvr.envs.spy import SpyGame  # noqa: PLC0415
+  from rlsvr.envs.spy.experiment import game_config  # noqa: PLC0415
+  from rlsvr.model import sources  # noqa: PLC0415
+  from rlsvr.rl.batch import build_batch  # noqa: PLC0415
+  from rlsvr.rl.train_step import init_train_state, sampling_params, train_step  # noqa: PLC0415
+  from rlsvr.train import grpo_config  # noqa: PLC0415
+
+  runtime.enable_compilation_cache()
+  c = load_config(args.config)
+  for s in args.set:
+    set_key(c, s)
+  c.spy.constrained_vote = True
+  gcfg = grpo_config(c)
+  model_config, params, tokenizer = sources.load_model(
+      c.model.source, dtype=c.model.param_dtype, seed=args.seed, tokenizer=c.model.tokenizer)
+  state = init_train_state(model_config, gcfg, params, seed=args.seed)
+  del params
+  game = SpyGame(game_config(c), tokenizer)
+  n = game.config.num_players
+  choices = game.vote_choices()
+  pad_id = tokenizer.pad_token_id or 0
+  probs_fn = make_vote_probs(model_config, [ch[0] for ch in choices], gcfg.temperature, pad_id)
+
+  rng = np.random.default_rng(args.seed)
+  # The held-out games first: the same for every --games.
+  documents = fact_sheets(args.eval_games + args.games, seed=args.seed + 1)
+  held_out = shown_games(game, documents[:args.eval_games], rng, rotations=1)
+  train_games = shown_games(game, documents[args.eval_games:], rng, rotations=n)
+  multiple = gcfg.updates_per_batch * (c.grpo.micro_batch_size or 1)
+  print(f"{args.config} {args.mode}: {args.games} training games x {n} orders, "
+        f"{args.per_step} a step, held-out {args.eval_games}; lr {gcfg.lr}, "
+        f"prompt {np.mean([len(o[0][0]) for o in held_out]):.0f} tokens", flush=True)
+
+  curve = []
+
+  def report(step, seconds):
+    r = evaluate(probs_fn, sampling_params(state), held_out, n)
+    r.update(step=step, games=step * args.per_step, update_s=seconds)
+    curve.append(r)
+    print(f"step {step:3d} games {r['games']:4d} | p(spy) {r['p_spy']:.3f} ± {r['p_spy/se']:.3f}"
+          f" | acc {r['acc']:.3f} ± {r['acc/se']:.3f} | p(N/A) {r['p_abstain']:.3f}"
+          f" | top position {r['top_position_share']:.2f} | update {seconds:.0f} s", flush=True)
+
+  steps = args.games // args.per_step
+  update_s = 0.0
+  report(0, update_s)
+  for step in range(steps):
+    games = train_games[step * args.per_step:(step + 1) * args.per_step]
+    prompts = [ids for orders in games for ids, _ in orders]
+    probs = probs_fn(sampling_params(state), prompts)
+    rows = step_rows(games, probs, choices, args.mode, args.votes, rng, step)
+    batch = build_batch(rows, gcfg, pad_id=pad_id, batch_multiple=multiple,
+                        share_prompts=gcfg.share_prompts, pack_tokens=gcfg.pack_tokens)
+    t0 = time.time()
+    state, _ = train_step(state, batch)
+    jax_block(state)
+    update_s += time.time() - t0
+    if (step + 1) % args.eval_every == 0 or step + 1 == steps:
+      report(step + 1, update_s)
+  result = {"config": args.config, "mode": args.mode, "sets": args.set, "votes": args.votes,
+            "per_step": args.per_step, "lr": gcfg.lr, "curve": curve}
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(result, f, indent=1)
+  return result
+
+
+def jax_block(tree) -> None:
+  import jax  # noqa: PLC0415
+
+  jax.block_until_ready(tree)
+
+
+if __name__ == "__main__":
+  main()
