@@ -145,6 +145,8 @@ def main(argv=None) -> dict:
   parser.add_argument("--json", default=None)
   args = parser.parse_args(argv)
 
+  import jax  # noqa: PLC0415
+
   from rlsvr import runtime  # noqa: PLC0415
   from rlsvr.data.bundled import fact_sheets  # noqa: PLC0415
   from rlsvr.envs.spy import SpyGame  # noqa: PLC0415
@@ -202,7 +204,7 @@ def main(argv=None) -> dict:
                         share_prompts=gcfg.share_prompts, pack_tokens=gcfg.pack_tokens)
     t0 = time.time()
     state, _ = train_step(state, batch)
-    jax_block(state)
+    jax.block_until_ready(state)
     update_s += time.time() - t0
     if (step + 1) % args.eval_every == 0 or step + 1 == steps:
       report(step + 1, update_s)
@@ -212,12 +214,6 @@ def main(argv=None) -> dict:
     with open(args.json, "w") as f:
       json.dump(result, f, indent=1)
   return result
-
-
-def jax_block(tree) -> None:
-  import jax  # noqa: PLC0415
-
-  jax.block_until_ready(tree)
 
 
 if __name__ == "__main__":
