@@ -40,19 +40,28 @@ from spy_ceiling import load_config  # noqa: E402
 TRAIN_SIZES = (25, 50, 100, 200, 300)
 
 
+def idealised_players(config, document: str, rng) -> tuple[str, int, dict[int, str]]:
+  """(the reference, the spy, each player's public output) of an idealised game: the
+  civilians restate the document, the spy its masked copy."""
+  from rlsvr.envs.spy import mechanics  # noqa: PLC0415
+
+  document = mechanics.truncate_words(document, config.truncate_words)
+  spy = int(rng.integers(1, config.num_players + 1))
+  masked = mechanics.mask_span(document, config.mask_fraction, rng).text
+  return document, spy, {p: (masked if p == spy else document).replace("\n", " ")
+                         for p in range(1, config.num_players + 1)}
+
+
 def idealised_games(game, documents, seed: int):
   """(prompt ids, spy, token index of each player's line end) per document."""
-  from rlsvr.envs.spy import mechanics, prompts  # noqa: PLC0415
+  from rlsvr.envs.spy import prompts  # noqa: PLC0415
 
   config, tokenizer = game.config, game.tokenizer
   rng = np.random.default_rng(seed)
   games = []
   for document in documents:
-    document = mechanics.truncate_words(document, config.truncate_words)
-    spy = int(rng.integers(1, config.num_players + 1))
-    masked = mechanics.mask_span(document, config.mask_fraction, rng).text
-    outputs = [(1, p, (masked if p == spy else document).replace("\n", " "))
-               for p in range(1, config.num_players + 1)]
+    document, spy, texts = idealised_players(config, document, rng)
+    outputs = [(1, p, texts[p]) for p in range(1, config.num_players + 1)]
     prompt = prompts.detector_prompt(config, reference=document, outputs=outputs)
     ids = game.encode(prompt, game.prefill("detector"))
     # Line ends: the token holding each line's last character (BPE may join it to the

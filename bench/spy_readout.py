@@ -6,7 +6,7 @@
   python bench/spy_readout.py --games 2 --per-step 1 --eval-games 2 --config configs/spy_summ.py:smoke
 
 The detection phase alone, on idealised games of `--config`'s facts game (those of
-`bench/spy_probe.py`: the civilians restate the sheet, the spy its masked copy, so the
+`bench/spy_probe.py`, `idealised_players`: the civilians restate the sheet, the spy its masked copy, so the
 scripted detectors find the spy every time and only the vote has to learn), with the
 trainer's own update (`rlsvr.rl.train_step`, `--config`'s `grpo.*`) and no players to
 sample. Each game is shown in every rotation of the players' order
@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import set_key  # noqa: E402
 from spy_ceiling import load_config  # noqa: E402
+from spy_probe import idealised_players  # noqa: E402
 
 EVAL_ROWS = 8  # Prompts per forward call: one compiled shape per length bucket.
 
@@ -46,19 +47,17 @@ EVAL_ROWS = 8  # Prompts per forward call: one compiled shape per length bucket.
 def shown_games(game, documents, rng, rotations: int):
   """Per document, the detector prompts of its idealised game in `rotations` orders:
   [(prompt ids, the spy's shown number), ...]."""
-  from rlsvr.envs.spy import mechanics, prompts  # noqa: PLC0415
+  from rlsvr.envs.spy import prompts  # noqa: PLC0415
+  from rlsvr.envs.spy.game import rotated_order  # noqa: PLC0415
 
   cfg, n = game.config, game.config.num_players
   out = []
   for document in documents:
-    document = mechanics.truncate_words(document, cfg.truncate_words)
-    spy = int(rng.integers(1, n + 1))
-    masked = mechanics.mask_span(document, cfg.mask_fraction, rng).text
-    texts = {p: (masked if p == spy else document).replace("\n", " ") for p in range(1, n + 1)}
+    document, spy, texts = idealised_players(cfg, document, rng)
     first = int(rng.integers(n)) if rotations == 1 else 0
     orders = []
     for r in range(first, first + rotations):
-      order = [(r + k) % n + 1 for k in range(n)]  # Shown number k + 1 is player order[k].
+      order = rotated_order(n, r)  # Shown number k + 1 is player order[k].
       shown = [(1, k + 1, texts[p]) for k, p in enumerate(order)]
       prompt = prompts.detector_prompt(cfg, reference=document, outputs=shown)
       orders.append((game.encode(prompt, game.prefill("detector")), order.index(spy) + 1))

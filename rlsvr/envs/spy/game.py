@@ -51,6 +51,11 @@ def item_fields(item: Any, index: int) -> tuple[str, str]:
   return str(getattr(item, "id", index)), str(item.text)
 
 
+def rotated_order(num_players: int, shift: int) -> tuple[int, ...]:
+  """The players in the order shown as 1..n, rotated by `shift` (mod n)."""
+  return tuple((k + shift) % num_players + 1 for k in range(num_players))
+
+
 class SpyGame:
   """Plays spy games; implements `rlsvr.envs.base.Environment`."""
 
@@ -170,10 +175,9 @@ class SpyGame:
 
   def detector_orders(self) -> list[tuple[int, ...]]:
     """The players' order each detector of a game reads (`SpyGameConfig.detector_orders`)."""
-    n = self.config.num_players
     shifts = (range(self.config.rollout_n) if self.config.detector_orders == "rotated"
               else [0] * self.config.rollout_n)
-    return [tuple((k + shift) % n + 1 for k in range(n)) for shift in shifts]
+    return [rotated_order(self.config.num_players, shift) for shift in shifts]
 
   def _detect(self, games: list[played.Game], sample: SampleFn) -> None:
     cfg = self.config
