@@ -46,9 +46,12 @@ class PeakSampler:
     self.peak, self._stop = rss_anon(), threading.Event()
     self._thread = threading.Thread(target=self._run, args=(interval_s,), daemon=True)
 
+  def sample(self):
+    self.peak = max(self.peak, rss_anon())
+
   def _run(self, interval_s):
     while not self._stop.is_set():
-      self.peak = max(self.peak, rss_anon())
+      self.sample()
       time.sleep(interval_s)
 
   def __enter__(self):
@@ -58,7 +61,7 @@ class PeakSampler:
   def __exit__(self, *exc):
     self._stop.set()
     self._thread.join()
-    self.peak = max(self.peak, rss_anon())
+    self.sample()
 
 
 def measure(method: str, path: str) -> dict:
@@ -85,9 +88,11 @@ def measure(method: str, path: str) -> dict:
     elif method == "host-copy":
       from safetensors.numpy import load_file  # noqa: PLC0415
       tensors = load_file(os.path.join(path, "model.safetensors"))
-      loaded = {k: jax.device_put(v) for k, v in tensors.items()}
+      loaded = jax.block_until_ready({k: jax.device_put(v) for k, v in tensors.items()})
+      # Both copies are alive here: sampled explicitly, because a sampling thread
+      # starved by a busy machine can miss this moment (then the control sees no copy).
+      sampler.sample()
       del tensors
-      jax.block_until_ready(loaded)
     else:
       loaded = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     gc.collect()
