@@ -3,6 +3,7 @@
   python bench/spy_ceiling.py                                   # spy_summ.py:cpu, 32 games
   python bench/spy_ceiling.py --config configs/spy_summ.py:cpu,reports --games 64
   python bench/spy_ceiling.py --workdir /tmp/spy_cpu            # that run's latest weights
+  python bench/spy_ceiling.py --set spy.mask_fraction=0.4        # any config key
   python bench/spy_ceiling.py --config configs/spy_summ.py:smoke --games 2   # seconds (tests)
 
 Plays `--games` games of the config over its held-out documents with the
@@ -23,6 +24,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import set_key  # noqa: E402
 
 
 def load_config(spec: str):
@@ -88,18 +92,22 @@ def main() -> None:
   parser.add_argument("--config", default="configs/spy_summ.py:cpu")
   parser.add_argument("--games", type=int, default=32)
   parser.add_argument("--workdir", default=None, help="evaluate this run's latest checkpoint")
+  parser.add_argument("--set", action="append", default=[], help="config key=value")
   parser.add_argument("--json", default=None, help="also write the numbers here")
   args = parser.parse_args()
   c = load_config(args.config)
+  for assignment in args.set:
+    set_key(c, assignment)
   if c.env != "spy":
     raise SystemExit(f"{args.config} is not a spy-game config (env={c.env!r})")
   t0 = time.time()
   result = evaluate(c, args.games, args.workdir)
-  print(f"{args.config}: {args.games} games in {time.time() - t0:.0f} s")
+  print(f"{args.config} {' '.join(args.set)}: {args.games} games in {time.time() - t0:.0f} s")
   print(report(result))
   if args.json:
     with open(args.json, "w") as f:
-      json.dump({"config": args.config, "games": args.games, "workdir": args.workdir, **result},
+      json.dump({"config": args.config, "set": args.set, "games": args.games,
+                 "workdir": args.workdir, **result},
                 f, indent=1)
 
 

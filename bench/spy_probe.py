@@ -40,14 +40,20 @@ from spy_ceiling import load_config  # noqa: E402
 TRAIN_SIZES = (25, 50, 100, 200, 300)
 
 
-def idealised_players(config, document: str, rng) -> tuple[str, int, dict[int, str]]:
+def idealised_players(config, document: str, rng, spy_line: str = "masked"
+                      ) -> tuple[str, int, dict[int, str]]:
   """(the reference, the spy, each player's public output) of an idealised game: the
-  civilians restate the document, the spy its masked copy."""
+  civilians restate the document, the spy its masked copy (`spy_line="masked"`), or
+  that copy with the masked span left out, no `*` shown ("dropped")."""
   from rlsvr.envs.spy import mechanics  # noqa: PLC0415
 
   document = mechanics.truncate_words(document, config.truncate_words)
   spy = int(rng.integers(1, config.num_players + 1))
   masked = mechanics.mask_span(document, config.mask_fraction, rng).text
+  if spy_line == "dropped":
+    masked = " ".join(masked.replace("*", " ").split())
+  elif spy_line != "masked":
+    raise ValueError(f"spy_line={spy_line!r}: use masked or dropped")
   return document, spy, {p: (masked if p == spy else document).replace("\n", " ")
                          for p in range(1, config.num_players + 1)}
 

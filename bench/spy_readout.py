@@ -3,10 +3,12 @@
   python bench/spy_readout.py --mode label --games 96          # the answer given, as rows
   python bench/spy_readout.py --mode reward --games 96         # the detectors' GRPO reward
   python bench/spy_readout.py --mode reward --set grpo.lr=3e-6 --votes 16
+  python bench/spy_readout.py --mode reward --spy-line dropped  # no `*`: a fact is missing
   python bench/spy_readout.py --games 2 --per-step 1 --eval-games 2 --config configs/spy_summ.py:smoke
 
 The detection phase alone, on idealised games of `--config`'s facts game (those of
-`bench/spy_probe.py`, `idealised_players`: the civilians restate the sheet, the spy its masked copy, so the
+`bench/spy_probe.py`, `idealised_players`: the civilians restate the sheet, the spy its
+masked copy or, with `--spy-line dropped`, that copy without the masked span, so the
 scripted detectors find the spy every time and only the vote has to learn), with the
 trainer's own update (`rlsvr.rl.train_step`, `--config`'s `grpo.*`) and no players to
 sample. Each game is shown in every rotation of the players' order
@@ -44,7 +46,7 @@ from spy_probe import idealised_players  # noqa: E402
 EVAL_ROWS = 8  # Prompts per forward call: one compiled shape per length bucket.
 
 
-def shown_games(game, documents, rng, rotations: int):
+def shown_games(game, documents, rng, rotations: int, spy_line: str = "masked"):
   """Per document, the detector prompts of its idealised game in `rotations` orders:
   [(prompt ids, the spy's shown number), ...]."""
   from rlsvr.envs.spy import prompts  # noqa: PLC0415
@@ -53,7 +55,7 @@ def shown_games(game, documents, rng, rotations: int):
   cfg, n = game.config, game.config.num_players
   out = []
   for document in documents:
-    document, spy, texts = idealised_players(cfg, document, rng)
+    document, spy, texts = idealised_players(cfg, document, rng, spy_line)
     first = int(rng.integers(n)) if rotations == 1 else 0
     orders = []
     for r in range(first, first + rotations):
@@ -140,6 +142,9 @@ def main(argv=None) -> dict:
   parser.add_argument("--votes", type=int, default=8, help="reward mode: votes per shown order")
   parser.add_argument("--eval-games", type=int, default=64)
   parser.add_argument("--eval-every", type=int, default=4, help="steps")
+  parser.add_argument("--spy-line", choices=("masked", "dropped"), default="masked",
+                      help="the spy's output: its masked copy, or that copy without the "
+                           "masked span (no `*` to see, a fact missing)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--json", default=None)
   args = parser.parse_args(argv)
@@ -174,10 +179,10 @@ def main(argv=None) -> dict:
   rng = np.random.default_rng(args.seed)
   # The held-out games first: the same for every --games.
   documents = fact_sheets(args.eval_games + args.games, seed=args.seed + 1)
-  held_out = shown_games(game, documents[:args.eval_games], rng, rotations=1)
-  train_games = shown_games(game, documents[args.eval_games:], rng, rotations=n)
+  held_out = shown_games(game, documents[:args.eval_games], rng, 1, args.spy_line)
+  train_games = shown_games(game, documents[args.eval_games:], rng, n, args.spy_line)
   multiple = gcfg.updates_per_batch * (c.grpo.micro_batch_size or 1)
-  print(f"{args.config} {args.mode}: {args.games} training games x {n} orders, "
+  print(f"{args.config} {args.mode}, spy line {args.spy_line}: {args.games} training games x {n} orders, "
         f"{args.per_step} a step, held-out {args.eval_games}; lr {gcfg.lr}, "
         f"prompt {np.mean([len(o[0][0]) for o in held_out]):.0f} tokens", flush=True)
 
@@ -207,7 +212,8 @@ def main(argv=None) -> dict:
     update_s += time.time() - t0
     if (step + 1) % args.eval_every == 0 or step + 1 == steps:
       report(step + 1, update_s)
-  result = {"config": args.config, "mode": args.mode, "sets": args.set, "votes": args.votes,
+  result = {"config": args.config, "mode": args.mode, "spy_line": args.spy_line,
+            "sets": args.set, "votes": args.votes,
             "per_step": args.per_step, "lr": gcfg.lr, "curve": curve}
   if args.json:
     with open(args.json, "w") as f:

@@ -23,6 +23,16 @@ def test_the_ceiling_bench_reports_every_scripted_detector(tmp_path, monkeypatch
   assert "scripted: missed_consensus" in printed and "model's detectors" in printed
 
 
+def test_the_ceiling_bench_plays_the_config_its_sets_give(tmp_path, monkeypatch):
+  out = tmp_path / "ceiling.json"
+  monkeypatch.setattr(sys, "argv", ["spy_ceiling.py", "--config", "configs/spy_summ.py:smoke",
+                                    "--games", "1", "--set", "spy.num_players=3",
+                                    "--json", str(out)])
+  spy_ceiling.main()
+  got = json.loads(out.read_text())
+  assert got["set"] == ["spy.num_players=3"] and got["chance_detect_acc"] == 1 / 3
+
+
 def test_the_learning_bench_trains_each_seed_and_reads_its_outputs(tmp_path, monkeypatch,
                                                                     capsys):
   out = tmp_path / "learning.json"
@@ -59,6 +69,24 @@ def test_probe_line_ends_are_each_players_last_token():
         assert len(line) == len(sheet) and "*" in line and line != sheet
       else:
         assert line == sheet
+
+
+def test_an_idealised_spy_that_drops_its_masked_span_shows_no_mask():
+  from bench import spy_probe
+  from rlsvr.envs.spy import SpyGameConfig
+
+  config = SpyGameConfig.for_task("facts", mask_fraction=0.4)
+  sheet = "Name: Ann Lee. Age: 30. Job: pilot. Pets: a cat. Home: Leeds."
+  for seed in range(5):
+    masked = spy_probe.idealised_players(config, sheet, np.random.default_rng(seed))
+    dropped = spy_probe.idealised_players(config, sheet, np.random.default_rng(seed),
+                                          spy_line="dropped")
+    reference, spy, texts = dropped
+    assert (reference, spy) == masked[:2] and "*" in masked[2][spy]
+    assert "*" not in texts[spy] and len(texts[spy]) < len(sheet) - 0.3 * len(sheet)
+    kept = masked[2][spy].split("*")  # What is left of the sheet around the span.
+    assert all(" ".join(part.split()) in texts[spy] for part in kept)
+    assert all(texts[p] == sheet for p in texts if p != spy)
 
 
 def test_probes_find_a_linearly_coded_spy_and_not_a_random_one():
