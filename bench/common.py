@@ -1,5 +1,7 @@
 """Shapes and helpers the benchmarks share."""
 import ast
+import importlib
+import os
 
 # The issue's tiny random Qwen3 (case (a) of bench/sampler.py), as transformers config
 # kwargs: `AutoConfig.for_model("qwen3", **TINY_QWEN3)` or
@@ -21,3 +23,14 @@ def set_key(c, assignment: str) -> None:
   except (ValueError, SyntaxError):
     value = raw
   node[last] = value
+
+
+def load_config(spec: str, sets=()):
+  """`path/to/config.py[:arg]` as `python -m rlsvr.train --config=` reads it, with each
+  `--set key=value` of `sets` applied."""
+  path, _, arg = spec.partition(":")
+  module = os.path.splitext(os.path.relpath(path))[0].replace(os.sep, ".")
+  c = importlib.import_module(module).get_config(arg or None)
+  for assignment in sets:
+    set_key(c, assignment)
+  return c

@@ -30,8 +30,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import set_key  # noqa: E402
-from spy_ceiling import load_config  # noqa: E402
+from common import load_config  # noqa: E402
 
 HELDOUT_KEYS = ("detect_acc", "ceiling/best_per_game", "ceiling/mask_chars",
                 "ceiling/missed_consensus", "ceiling/least_recall", "vote_share_spy",
@@ -43,9 +42,7 @@ def train_seed(spec: str, seed: int, sets: list[str], workdir: str, fresh: bool)
   """Trains one seed unless its run finished; returns the training time in seconds."""
   from rlsvr import heldout, train  # noqa: PLC0415
 
-  c = load_config(spec)
-  for s in sets:
-    set_key(c, s)
+  c = load_config(spec, sets)
   c.seed = seed
   if fresh and os.path.isdir(workdir):
     shutil.rmtree(workdir)

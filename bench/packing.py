@@ -143,8 +143,7 @@ def main():
   parser.add_argument("--steps", type=int, default=3, help="timed updates per layout")
   parser.add_argument("--json", default="", help="write the rows here")
   flags = parser.parse_args()
-  from bench.common import set_key  # noqa: PLC0415
-  from bench.spy_ceiling import load_config  # noqa: PLC0415
+  from bench.common import load_config  # noqa: PLC0415
   from rlsvr import runtime  # noqa: PLC0415
 
   runtime.set_host_devices()  # As `rlsvr.train`: the sampler splits large calls over cores.
@@ -152,9 +151,7 @@ def main():
   pack_tokens = [int(n) for n in flags.pack_tokens.split(",") if n]
   rows = []
   for spec, own, step in cases:
-    c = load_config(spec)
-    for assignment in (*own, *flags.set):
-      set_key(c, assignment)
+    c = load_config(spec, (*own, *flags.set))
     rows += measure(" ".join([spec, *own, *flags.set, f"step {step}"]), c, step, pack_tokens,
                     flags.steps)
   print(f"\n{'config':<52} {'layout':<22} {'slots/token':>11} {'update s':>9} "

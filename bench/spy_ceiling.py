@@ -17,7 +17,6 @@ the plain task prompt. `--json` writes the numbers too.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -26,14 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import set_key  # noqa: E402
-
-
-def load_config(spec: str):
-  """`path/to/config.py[:arg]` as `python -m rlsvr.train --config=` reads it."""
-  path, _, arg = spec.partition(":")
-  module = os.path.splitext(os.path.relpath(path))[0].replace(os.sep, ".")
-  return importlib.import_module(module).get_config(arg or None)
+from common import load_config  # noqa: E402
 
 
 def evaluate(c, games: int, workdir: str | None) -> dict[str, float]:
@@ -95,9 +87,7 @@ def main() -> None:
   parser.add_argument("--set", action="append", default=[], help="config key=value")
   parser.add_argument("--json", default=None, help="also write the numbers here")
   args = parser.parse_args()
-  c = load_config(args.config)
-  for assignment in args.set:
-    set_key(c, assignment)
+  c = load_config(args.config, args.set)
   if c.env != "spy":
     raise SystemExit(f"{args.config} is not a spy-game config (env={c.env!r})")
   t0 = time.time()

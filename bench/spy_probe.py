@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from spy_ceiling import load_config  # noqa: E402
+from common import load_config  # noqa: E402
 
 TRAIN_SIZES = (25, 50, 100, 200, 300)
 

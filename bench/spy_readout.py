@@ -39,8 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import set_key  # noqa: E402
-from spy_ceiling import load_config  # noqa: E402
+from common import load_config  # noqa: E402
 from spy_probe import idealised_players  # noqa: E402
 
 EVAL_ROWS = 8  # Prompts per forward call: one compiled shape per length bucket.
@@ -161,9 +160,7 @@ def main(argv=None) -> dict:
   from rlsvr.train import grpo_config  # noqa: PLC0415
 
   runtime.enable_compilation_cache()
-  c = load_config(args.config)
-  for s in args.set:
-    set_key(c, s)
+  c = load_config(args.config, args.set)
   c.spy.constrained_vote = True
   gcfg = grpo_config(c)
   model_config, params, tokenizer = sources.load_model(
