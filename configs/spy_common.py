@@ -64,6 +64,8 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   c.spy.constrained_vote = False
   # With constrained_vote: whether N/A is one of its answers (`SpyGameConfig.vote_abstain`).
   c.spy.vote_abstain = True
+  # The detectors' sampling temperature; unset: sampling.temperature's, as every call's.
+  c.spy.detector_temperature = placeholder(float)
   c.data.source = "bundled" if "bundled" in variants else "hub"
   # 640 Ki cache slots per sampler slice on an 8-GPU node: 16 player rows (P=24576 +
   # N=4096 each), 64 detector rows (8 shared 40k-token prompts + 64 x 4096); more do not

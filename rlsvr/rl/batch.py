@@ -6,6 +6,8 @@ Layout of one row (P = prompt bucket, C = completion bucket, T = P + C):
   attention  [0   ...   0   1  1 ...  1 |  1  1 ...   1    0 ...   0]   B x T
   loss_mask                             |  1  1 ...   1    0 ...   0]   B x C
   sampler_logp                          | l0 l1 ...  le    0 ...   0]   B x C
+  advantages_B, temperature_B           one per row: its advantage, and the temperature
+                                        it was sampled at (the update scores it so)
 
 The prompt ends at column P and the completion starts there, so every row's
 completion starts at the same column, and the per-token arrays of the loss
@@ -24,7 +26,7 @@ detectors of one game) are laid out so that the update runs each prompt once
   prompt_index_B         row b continues prompt prompt_index_B[b] of its micro-batch
   completion_tokens_BxC  [c0 c1 ... EOS  pad ... pad]
   completion_mask_BxC    [ 1  1 ...   1    0 ...   0]
-  loss_mask_BxC, sampler_logp_BxC, advantages_B as above
+  loss_mask_BxC, sampler_logp_BxC, advantages_B, temperature_B as above
 
 The update splits rows (and prompts) i -> part i % n_parts (updates per batch x
 micro-batches); the rows are reordered so that each part holds its rows' prompts
@@ -39,6 +41,7 @@ within a buffer when `share_prompts` is set.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import numpy as np
@@ -128,15 +131,18 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
 
   Returns:
     tokens_BxT, attention_mask_BxT, loss_mask_BxC, sampler_logp_BxC,
-    advantages_B as numpy arrays (int32 / float32); or, shared or packed, the
-    keys of those layouts.
+    advantages_B, temperature_B (a row's `Trajectory.temperature`, else
+    `config.temperature`) as numpy arrays (int32 / float32); or, shared or
+    packed, the keys of those layouts.
   """
   config = config or GRPOConfig()
   if advantages is None:
     advantages = advantages_of(trajectories, config, max_response_length=max_response_length)
   if len(advantages) != len(trajectories):
     raise ValueError(f"{len(advantages)} advantages for {len(trajectories)} trajectories")
-  rows = [(t, float(a)) for t, a in zip(trajectories, advantages) if t.trained]
+  rows = [(t if t.temperature is not None else
+            dataclasses.replace(t, temperature=config.temperature), float(a))
+           for t, a in zip(trajectories, advantages) if t.trained]
   if not rows:
     raise ValueError("no trained trajectories")
   for t, _ in rows:
@@ -159,19 +165,14 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
       return shared
   tokens = np.full((b, p + c), pad_id, np.int32)
   attention = np.zeros((b, p + c), np.int32)
-  loss_mask = np.zeros((b, c), np.float32)
-  sampler_logp = np.zeros((b, c), np.float32)
-  adv = np.zeros((b,), np.float32)
+  per_row = packing.loss_rows(b, c)
   for i, (t, a) in enumerate(rows):
     n_p, n_c = len(t.prompt_ids), len(t.completion_ids)
     tokens[i, p - n_p:p] = t.prompt_ids
     tokens[i, p:p + n_c] = t.completion_ids
     attention[i, p - n_p:p + n_c] = 1
-    loss_mask[i, :n_c] = 1.0
-    sampler_logp[i, :n_c] = t.logprobs
-    adv[i] = a
-  return {"tokens_BxT": tokens, "attention_mask_BxT": attention, "loss_mask_BxC": loss_mask,
-          "sampler_logp_BxC": sampler_logp, "advantages_B": adv}
+    packing.put_loss_row(per_row, i, t, a)
+  return {"tokens_BxT": tokens, "attention_mask_BxT": attention, **per_row}
 
 
 # The shared layout is used when it runs at most this fraction of the plain layout's tokens.
@@ -229,9 +230,7 @@ def _shared_prompt_layout(rows, p: int, c: int, b: int, config: GRPOConfig,
   prompt_index = np.zeros((b,), np.int32)
   tokens = np.full((b, c), pad_id, np.int32)
   attention = np.zeros((b, c), np.int32)
-  loss_mask = np.zeros((b, c), np.float32)
-  sampler_logp = np.zeros((b, c), np.float32)
-  adv = np.zeros((b,), np.float32)
+  per_row = packing.loss_rows(b, c)
   for part, part_rows in rows_of_part.items():
     slot_of_prompt = {ids: slot for slot, ids in enumerate(prompts_of_part[part])}
     for ids, slot in slot_of_prompt.items():
@@ -245,13 +244,10 @@ def _shared_prompt_layout(rows, p: int, c: int, b: int, config: GRPOConfig,
       prompt_index[i] = slot_of_prompt[tuple(t.prompt_ids)]
       tokens[i, :n_c] = t.completion_ids
       attention[i, :n_c] = 1
-      loss_mask[i, :n_c] = 1.0
-      sampler_logp[i, :n_c] = t.logprobs
-      adv[i] = a
+      packing.put_loss_row(per_row, i, t, a)
   return {"prompt_tokens_UxP": prompt_tokens, "prompt_mask_UxP": prompt_mask,
           "prompt_index_B": prompt_index, "completion_tokens_BxC": tokens,
-          "completion_mask_BxC": attention, "loss_mask_BxC": loss_mask,
-          "sampler_logp_BxC": sampler_logp, "advantages_B": adv}
+          "completion_mask_BxC": attention, **per_row}
 
 
 def forward_slots(batch: dict[str, np.ndarray]) -> int:

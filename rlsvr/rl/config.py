@@ -61,7 +61,8 @@ class GRPOConfig:
   # are all equal, play more until the batch is full or max_num_gen_batches rounds ran.
   filter_groups: bool = False
   max_num_gen_batches: int = 4
-  temperature: float = 1.0  # Logits are divided by the sampling temperature.
+  # Logits are divided by the sampling temperature (of rows without `temperature_B`).
+  temperature: float = 1.0
   param_dtype: str = "float32"  # Storage dtype of the params (optimizer state is fp32).
   compute_dtype: str | None = None  # Forward/backward dtype; None: param_dtype.
   remat: bool = False  # Recompute each layer in the backward pass.

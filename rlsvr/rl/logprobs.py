@@ -35,7 +35,9 @@ def chunk_len(batch: int, seq_len: int, vocab: int, budget_bytes: int = DEFAULT_
 
 
 def _next_token_stats(config: ModelConfig, params, hidden_BxCxD, targets_BxC, temperature):
-  logits_BxCxV = qwen3.unembed(config, params, hidden_BxCxD) / temperature
+  # A scalar, or one temperature per row (`temperature_B`: rows sampled at different ones).
+  logits_BxCxV = qwen3.unembed(config, params, hidden_BxCxD) / jnp.reshape(temperature,
+                                                                            (-1, 1, 1))
   lse_BxC = jax.nn.logsumexp(logits_BxCxV, axis=-1)
   picked_BxC = jnp.take_along_axis(logits_BxCxV, targets_BxC[..., None], axis=-1)[..., 0]
   # verl's entropy_from_logits, logsumexp(z) - sum(softmax(z) * z), reusing the logsumexp.
@@ -88,7 +90,8 @@ def token_logprobs(config: ModelConfig, params, tokens_BxT, attention_mask_BxT, 
   `attention_mask_BxT` marks real tokens (left-padded prompts, right-padded
   completions); positions count real tokens only. Logits are divided by
   `temperature` first, as verl does, so that the result matches the sampler's
-  logprobs at the same temperature. `chunk` is the sequence chunk of the
+  logprobs at the same temperature: a scalar, or one per row (B,), in every function
+  here. `chunk` is the sequence chunk of the
   unembedding (default: `chunk_len`); `remat` recomputes the layers in the
   backward pass. With `completion_len` C, only the last C tokens are scored and
   the results are B x C: the prompt's logits are never computed.

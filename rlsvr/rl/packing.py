@@ -13,7 +13,7 @@ inside a segment, and a completion sees its prompt and itself only
   row_window_BxW        row b's W = C + 1 scoring positions, as flat indices n * L + l
                         into its part's buffers: its prompt's last token, then its
                         completion's tokens (the last one repeated over the padding)
-  loss_mask_BxC, sampler_logp_BxC, advantages_B as in the padded layouts
+  loss_mask_BxC, sampler_logp_BxC, advantages_B, temperature_B as in the padded layouts
 
 So the per-row arrays of the loss keep their shapes and meaning: the update
 (`train_step`) differs only in how the forward reaches each row's hidden states.
@@ -38,6 +38,25 @@ from __future__ import annotations
 import numpy as np
 
 from rlsvr.sampling.layout import length_bucket, length_buckets
+
+
+def loss_rows(b: int, c: int) -> dict[str, np.ndarray]:
+  """The per-row arrays of the loss, which every layout shares (`rlsvr.rl.batch`); padding
+  rows have no tokens and temperature 1."""
+  return {"loss_mask_BxC": np.zeros((b, c), np.float32),
+          "sampler_logp_BxC": np.zeros((b, c), np.float32),
+          "advantages_B": np.zeros((b,), np.float32),
+          "temperature_B": np.ones((b,), np.float32)}
+
+
+def put_loss_row(arrays: dict[str, np.ndarray], i: int, trajectory, advantage: float) -> None:
+  """Row i of `loss_rows` from a trajectory whose temperature is set (`batch.build_batch`)."""
+  n_c = len(trajectory.completion_ids)
+  arrays["loss_mask_BxC"][i, :n_c] = 1.0
+  arrays["sampler_logp_BxC"][i, :n_c] = trajectory.logprobs
+  arrays["advantages_B"][i] = advantage
+  # Greedy rows (temperature 0) are scored under the model's own distribution.
+  arrays["temperature_B"][i] = trajectory.temperature or 1.0
 
 
 def _segments(part_rows, share_prompts: bool, length: int) -> list[list]:
@@ -112,9 +131,7 @@ def packed_layout(rows_of_part: dict[int, list], c: int, b: int, pad_id: int, pa
   segment_ids = np.zeros((n, length), np.int32)
   branches = np.zeros((n, length), np.int32)
   window = np.zeros((b, c + 1), np.int32)
-  loss_mask = np.zeros((b, c), np.float32)
-  sampler_logp = np.zeros((b, c), np.float32)
-  adv = np.zeros((b,), np.float32)
+  per_row = loss_rows(b, c)
   for part, buffers in buffers_of_part.items():
     for j, buffer in enumerate(buffers):
       row = j * n_parts + part
@@ -137,11 +154,8 @@ def packed_layout(rows_of_part: dict[int, list], c: int, b: int, pad_id: int, pa
           window[r, 0] = last_prompt
           window[r, 1:1 + n_c] = j * length + at + np.arange(n_c)
           window[r, 1 + n_c:] = window[r, n_c]  # Padding columns: masked by the loss.
-          loss_mask[r, :n_c] = 1.0
-          sampler_logp[r, :n_c] = t.logprobs
-          adv[r] = a
+          put_loss_row(per_row, r, t, a)
           at += n_c
   return {"packed_tokens_NxL": tokens, "packed_positions_NxL": positions,
           "packed_segment_NxL": segment_ids, "packed_branch_NxL": branches,
-          "row_window_BxW": window, "loss_mask_BxC": loss_mask,
-          "sampler_logp_BxC": sampler_logp, "advantages_B": adv}
+          "row_window_BxW": window, **per_row}

@@ -22,6 +22,9 @@ class Trajectory:
   False for rows that were played but not trained on this step (e.g. the
   detectors during a clue phase). `max_new_tokens` is the generation budget the
   completion was sampled under (DAPO's overlong shaping measures against it).
+  `temperature` is the one it was sampled at, when it is not the run's
+  (`GRPOConfig.temperature`): the update scores each row under the distribution
+  it was drawn from (0, greedy, is scored at 1).
   """
 
   prompt_ids: list[int]
@@ -34,6 +37,7 @@ class Trajectory:
   finish_reason: str = "length"
   baseline: float = 0.0
   max_new_tokens: int | None = None
+  temperature: float | None = None
 
 
 @dataclasses.dataclass

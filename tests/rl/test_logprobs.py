@@ -48,6 +48,22 @@ def test_matches_full_logits(setup):
   assert np.all(np.asarray(logp)[real] <= 0.0)
 
 
+def test_each_row_is_scored_at_its_own_temperature(setup):
+  """Rows sampled at different temperatures (the spy game's detectors and players) in
+  one batch: row b's results are those of its own temperature alone."""
+  params, tokens, mask = setup
+  temperature_B = np.asarray([0.5, 1.0, 1.7], np.float32)
+  fn = jax.jit(functools.partial(logprobs.token_logprobs, CONFIG, chunk=5))
+  logp, ent = fn(params, tokens, mask, temperature=temperature_B)
+  for b, temperature in enumerate(temperature_B):
+    ref_logp, ref_ent = reference(params, tokens, mask, temperature=float(temperature))
+    real = mask[b].astype(bool)
+    np.testing.assert_allclose(np.asarray(logp)[b][real], np.asarray(ref_logp)[b][real],
+                               atol=2e-5)
+    np.testing.assert_allclose(np.asarray(ent)[b][real], np.asarray(ref_ent)[b][real],
+                               atol=2e-5)
+
+
 def test_gradients_match_with_chunks_and_remat(setup):
   params, tokens, mask = setup
   weights = jnp.asarray(np.random.default_rng(1).normal(size=tokens.shape), jnp.float32) * mask

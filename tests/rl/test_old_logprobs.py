@@ -82,6 +82,32 @@ def test_mismatch_is_zero_in_fp32_with_the_full_distribution(params, full):
   assert metrics["rollout_corr/kl"] == pytest.approx(float(expected), abs=2e-6)
 
 
+def test_rows_sampled_at_other_temperatures_are_scored_at_theirs(params):
+  """Half the groups drawn at the run's temperature (0.7), half at 1.3 (as the spy game's
+  detectors may be): each row's `Trajectory.temperature` reaches the update, so the
+  trainer's logprobs are the sampler's and the first ratio is exactly one."""
+  rng = np.random.default_rng(0)
+  prompts = [rng.integers(1, CONFIG.vocab_size, 6).tolist() for _ in range(4)]
+  sampler = Sampler(CONFIG)
+  trajectories = []
+  for g, prompt in enumerate(prompts):
+    temperature = None if g % 2 else 1.3  # None: the run's, GRPOConfig.temperature.
+    for c in sampler(params, [prompt] * 4, max_new_tokens=8, seed=g,
+                     temperature=temperature or 0.7):
+      trajectories.append(Trajectory(prompt, list(c.ids), list(c.logprobs),
+                                     float(rng.integers(0, 3)), group_id=g, role="policy",
+                                     temperature=temperature))
+  cfg = dataclasses.replace(CFG, temperature=0.7)
+  batch = build_batch(trajectories, cfg, min_bucket=8)
+  np.testing.assert_allclose(sorted(set(batch["temperature_B"][:16])), [0.7, 1.3], rtol=1e-6)
+  _, metrics = step(cfg, params, batch)
+  assert abs(metrics["rollout_corr/kl"]) < 1e-5 and abs(metrics["rollout_corr/k3_kl"]) < 1e-5
+  assert metrics["rollout_corr/ratio_fraction_outside"] == 0.0
+  # The same rows scored at the run's temperature alone: a visible mismatch.
+  _, scalar = step(cfg, params, {k: v for k, v in batch.items() if k != "temperature_B"})
+  assert scalar["rollout_corr/k3_kl"] > 1e-3
+
+
 def test_two_updates_per_batch_equal_two_hand_written_updates(params, truncated):
   # Adam eps 1e-4 keeps the update continuous in the gradient (as in test_train_step):
   # with 1e-8, float noise in a ~0 gradient entry flips a full-size step.

@@ -35,7 +35,7 @@ def packed_rows_of(batch, parts):
     completion = [batch["packed_tokens_NxL"][flat(f)] for f in batch["row_window_BxW"][i, 1:]]
     out.append((part, tuple(prompt.tolist()), tuple(int(t) for t in completion[:n_c]),
                 tuple(np.round(batch["sampler_logp_BxC"][i, :n_c], 6)),
-                float(batch["advantages_B"][i])))
+                float(batch["advantages_B"][i]), float(batch["temperature_B"][i])))
   return out
 
 
@@ -75,9 +75,10 @@ def test_packed_logprobs_match_whole_rows(params, share):
   packed = build_batch(rows, min_bucket=8, share_prompts=share, pack_tokens=256)
   c = plain["loss_mask_BxC"].shape[1]
   logp, entropy = jax.jit(functools.partial(token_logprobs, CONFIG, completion_len=c))(
-      params, plain["tokens_BxT"], plain["attention_mask_BxT"])
+      params, plain["tokens_BxT"], plain["attention_mask_BxT"],
+      temperature=plain["temperature_B"])
   logp_p, entropy_p = jax.jit(functools.partial(packed_logprobs, CONFIG))(
-      params, *(packed[k] for k in PACKED))
+      params, *(packed[k] for k in PACKED), temperature=packed["temperature_B"])
   by_row = {r[1:4]: i for i, r in enumerate(rows_of(plain, 1)) if r[2]}
   checked = 0
   for j, row in enumerate(packed_rows_of(packed, 1)):

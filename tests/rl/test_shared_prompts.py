@@ -19,7 +19,8 @@ BASE = GRPOConfig(lr=1e-3, kl_coef=0.1, entropy_coef=0.01, adam_eps=1e-4, rollou
 
 def played_rows(seed=0, groups=4, group_size=8, singles=2):
   """GRPO-like rows: groups sharing a prompt (ragged lengths, an empty completion, a group
-  whose rows are not next to each other) and some rows with a prompt of their own."""
+  whose rows are not next to each other) and some rows with a prompt of their own, drawn
+  at different temperatures (None: the run's)."""
   rng = np.random.default_rng(seed)
   rows = []
   for g in range(groups + singles):
@@ -28,13 +29,15 @@ def played_rows(seed=0, groups=4, group_size=8, singles=2):
       n_c = int(rng.integers(0 if g == 0 else 1, 14))
       rows.append(Trajectory(prompt_ids=prompt, completion_ids=rng.integers(1, 97, n_c).tolist(),
                              logprobs=rng.normal(-2.0, 0.5, n_c).tolist(),
-                             reward=float(rng.integers(0, 3)), group_id=g, role="policy"))
+                             reward=float(rng.integers(0, 3)), group_id=g, role="policy",
+                             temperature=(None, 0.6, 1.0, 1.5)[len(rows) % 4]))
   rows.insert(3, rows.pop(-1))  # A row inside group 0's run: groups need not be contiguous.
   return rows
 
 
 def rows_of(batch, parts):
-  """Each row of a batch of either layout as (part, prompt, completion, logp, advantage),
+  """Each row of a batch of either layout as (part, prompt, completion, logp, advantage,
+  temperature),
   the part being the one `train_step` gives row i (i % parts), the prompt read the way the
   step reads it (from the row's part of the prompts, when shared)."""
   out = []
@@ -51,7 +54,7 @@ def rows_of(batch, parts):
       completion = batch["tokens_BxT"][i, -c:]
     out.append((i % parts, tuple(prompt.tolist()), tuple(completion[:n_c].tolist()),
                 tuple(np.round(batch["sampler_logp_BxC"][i, :n_c], 6)),
-                float(batch["advantages_B"][i])))
+                float(batch["advantages_B"][i]), float(batch["temperature_B"][i])))
   return out
 
 
@@ -92,11 +95,12 @@ def test_shared_prompt_logprobs_match_whole_rows(params):
   shared = build_batch(rows, min_bucket=8, share_prompts=True)
   c = plain["loss_mask_BxC"].shape[1]
   logp, entropy = jax.jit(functools.partial(token_logprobs, CONFIG, completion_len=c))(
-      params, plain["tokens_BxT"], plain["attention_mask_BxT"])
+      params, plain["tokens_BxT"], plain["attention_mask_BxT"],
+      temperature=plain["temperature_B"])
   keys = ("prompt_tokens_UxP", "prompt_mask_UxP", "prompt_index_B", "completion_tokens_BxC",
           "completion_mask_BxC")
   logp_s, entropy_s = jax.jit(functools.partial(shared_prompt_logprobs, CONFIG))(
-      params, *(shared[k] for k in keys))
+      params, *(shared[k] for k in keys), temperature=shared["temperature_B"])
   by_row = {r[1:3]: i for i, r in enumerate(rows_of(plain, 1))}
   for j, row in enumerate(rows_of(shared, 1)):
     if row[1:3] not in by_row and not row[2]:

@@ -84,6 +84,12 @@ class SpyGameConfig:
       constrained_vote (a free vote may always write N/A).
     sampling: extra keyword arguments passed to every `sample` call
       (temperature, top_p, ...). A dict, so the config is not hashable.
+    detector_temperature: the detectors' sampling temperature, when it is not
+      `sampling`'s (None). A constrained vote is one draw from a few answers: at
+      a low temperature the position the model prefers takes nearly all votes
+      and GRPO's gradient sharpens it further, while the players write better
+      there (docs/results.md, spy game). Each row's temperature goes to the
+      update (`Trajectory.temperature`). Not in the paper: unset by default.
   """
 
   task: str = "summarisation"
@@ -110,6 +116,7 @@ class SpyGameConfig:
   constrained_vote: bool = False
   vote_abstain: bool = True
   sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
+  detector_temperature: float | None = None
 
   def __post_init__(self):
     object.__setattr__(self, "task", canonical_task(self.task))
@@ -131,6 +138,8 @@ class SpyGameConfig:
         (self.cycle_length >= 1, "cycle_length must be >= 1"),
         (self.vote_abstain or self.constrained_vote,
          "vote_abstain=False needs constrained_vote (a free vote may always write N/A)"),
+        (self.detector_temperature is None or self.detector_temperature >= 0,
+         "detector_temperature must be >= 0"),
         (0.0 <= self.baseline_momentum <= 1.0, "baseline_momentum must be in [0, 1]"),
         (self.baseline_order in mechanics.BASELINE_ORDERS,
          f"baseline_order must be one of {mechanics.BASELINE_ORDERS}"),
@@ -140,6 +149,12 @@ class SpyGameConfig:
     for ok, message in checks:
       if not ok:
         raise ValueError(f"SpyGameConfig: {message}")
+
+  def sampling_of(self, role: str) -> dict[str, Any]:
+    """The sampling arguments of `role`'s calls ("player" or "detector")."""
+    if role == "detector" and self.detector_temperature is not None:
+      return {**self.sampling, "temperature": self.detector_temperature}
+    return dict(self.sampling)
 
   @classmethod
   def for_task(cls, task: str, variant: str = "parallel", **overrides: Any) -> SpyGameConfig:

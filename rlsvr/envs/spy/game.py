@@ -117,9 +117,9 @@ class SpyGame:
     return max(map(len, choices)) if choices else self.config.detector_max_new_tokens
 
   def _sample(self, sample: SampleFn, prompt_ids: list[list[int]], max_new_tokens: int,
-              **kwargs):
-    completions = list(sample(prompt_ids, max_new_tokens=max_new_tokens, **self.config.sampling,
-                              **kwargs))
+              role: str = "player", **kwargs):
+    completions = list(sample(prompt_ids, max_new_tokens=max_new_tokens,
+                              **self.config.sampling_of(role), **kwargs))
     if len(completions) != len(prompt_ids):
       raise ValueError(f"sample returned {len(completions)} completions for {len(prompt_ids)} "
                        "prompts")
@@ -193,7 +193,7 @@ class SpyGame:
           game.detection_prompt = text
       prompt_ids += [ids_of[order] for order in orders]
     choices = self.vote_choices()
-    completions = self._sample(sample, prompt_ids, self.detector_max_new_tokens(),
+    completions = self._sample(sample, prompt_ids, self.detector_max_new_tokens(), "detector",
                                **({"choices": choices} if choices else {}))
     for i, completion in enumerate(completions):
       game = games[i // cfg.rollout_n]
@@ -227,14 +227,16 @@ class SpyGame:
         trajectory = played.trajectory(
             prompt_ids=turn.prompt_ids, completion=turn.completion, group=2 * game.index,
             role="spy" if turn.player == game.spy else "civilian",
-            trained=phase == "clue" or cfg.joint, max_new_tokens=cfg.player_max_new_tokens)
+            trained=phase == "clue" or cfg.joint, max_new_tokens=cfg.player_max_new_tokens,
+            temperature=cfg.sampling_of("player").get("temperature"))
         rows.append(played.Row(game=game, source=turn, trajectory=trajectory,
                                raw_reward=rewards[turn.player - 1]))
       for detector in game.detectors:
         trajectory = played.trajectory(
             prompt_ids=detector.prompt_ids, completion=detector.completion,
             group=2 * game.index + 1, role="detector", trained=phase == "decision" or cfg.joint,
-            max_new_tokens=detector_budget)
+            max_new_tokens=detector_budget,
+            temperature=cfg.sampling_of("detector").get("temperature"))
         raw = mechanics.detection_reward(detector.vote, game.spy, cfg.detection_reward)
         rows.append(played.Row(game=game, source=detector, trajectory=trajectory, raw_reward=raw))
 

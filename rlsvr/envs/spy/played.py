@@ -79,9 +79,10 @@ class Row:
 
 
 def trajectory(*, prompt_ids: Sequence[int], completion: Completion, group: int, role: str,
-               trained: bool, max_new_tokens: int) -> Trajectory:
-  """The row of one completion, its reward and baseline still to be set."""
+               trained: bool, max_new_tokens: int, temperature: float | None) -> Trajectory:
+  """The row of one completion, its reward and baseline still to be set; `temperature`
+  is the one it was sampled at (None: the run's)."""
   return Trajectory(prompt_ids=list(prompt_ids), completion_ids=list(completion.ids),
                     logprobs=list(completion.logprobs), reward=0.0, group_id=group, role=role,
                     trained=trained, finish_reason=completion.finish_reason,
-                    max_new_tokens=max_new_tokens)
+                    max_new_tokens=max_new_tokens, temperature=temperature)

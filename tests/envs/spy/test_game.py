@@ -368,6 +368,22 @@ def test_a_vote_without_abstention_offers_and_draws_the_numbers_only():
     SpyGameConfig.for_task("facts", vote_abstain=False)
 
 
+def test_detectors_sample_at_their_own_temperature_and_their_rows_say_so():
+  tokenizer = ByteTokenizer()
+  for detector_temperature, expected in ((None, 0.7), (1.0, 1.0)):
+    config = SpyGameConfig.for_task("facts", rollout_n=2, constrained_vote=True,
+                                    answer_prefill=True, sampling={"temperature": 0.7},
+                                    detector_temperature=detector_temperature)
+    sample, calls = _choosing_policy(tokenizer, _vote_for_the_marked_spy)
+    batch = SpyGame(config, tokenizer).play_episodes(bundled_corpus("facts")[:2], sample,
+                                                     np.random.default_rng(0), 1)
+    assert [c["temperature"] for c in calls] == [0.7, expected]  # Players, then detectors.
+    temperature_of = {(t.role, t.temperature) for t in batch.trajectories}
+    assert temperature_of == {("spy", 0.7), ("civilian", 0.7), ("detector", expected)}
+  with pytest.raises(ValueError, match="detector_temperature must be >= 0"):
+    SpyGameConfig.for_task("facts", detector_temperature=-1.0)
+
+
 def test_evaluate_scores_games_without_touching_the_training_state():
   config = SpyGameConfig.for_task("summarisation", rollout_n=2, constrained_vote=True,
                                   answer_prefill=True)
