@@ -8,6 +8,10 @@ Layout of one row (P = prompt bucket, C = completion bucket, T = P + C):
   sampler_logp                          | l0 l1 ...  le    0 ...   0]   B x C
   advantages_B, temperature_B           one per row: its advantage, and the temperature
                                         it was sampled at (the update scores it so)
+  allowed_BxCxK                         only when a row was drawn from a few choices
+                                        (`Trajectory.allowed_ids`): the tokens each
+                                        position could take, -1 after them (all -1:
+                                        the whole vocabulary); K a power of two
 
 The prompt ends at column P and the completion starts there, so every row's
 completion starts at the same column, and the per-token arrays of the loss
@@ -26,7 +30,7 @@ detectors of one game) are laid out so that the update runs each prompt once
   prompt_index_B         row b continues prompt prompt_index_B[b] of its micro-batch
   completion_tokens_BxC  [c0 c1 ... EOS  pad ... pad]
   completion_mask_BxC    [ 1  1 ...   1    0 ...   0]
-  loss_mask_BxC, sampler_logp_BxC, advantages_B, temperature_B as above
+  loss_mask_BxC, sampler_logp_BxC, advantages_B, temperature_B (allowed_BxCxK) as above
 
 The update splits rows (and prompts) i -> part i % n_parts (updates per batch x
 micro-batches); the rows are reordered so that each part holds its rows' prompts
@@ -132,8 +136,9 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
   Returns:
     tokens_BxT, attention_mask_BxT, loss_mask_BxC, sampler_logp_BxC,
     advantages_B, temperature_B (a row's `Trajectory.temperature`, else
-    `config.temperature`) as numpy arrays (int32 / float32); or, shared or
-    packed, the keys of those layouts.
+    `config.temperature`) and, when a row has `allowed_ids`, allowed_BxCxK, as
+    numpy arrays (int32 / float32); or, shared or packed, the keys of those
+    layouts.
   """
   config = config or GRPOConfig()
   if advantages is None:
@@ -148,6 +153,9 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
   for t, _ in rows:
     if len(t.logprobs) != len(t.completion_ids):
       raise ValueError(f"{len(t.logprobs)} logprobs for {len(t.completion_ids)} completion ids")
+    _check_allowed(t)
+  widest = max((len(a) for t, _ in rows for a in t.allowed_ids or ()), default=0)
+  allowed = 1 << (widest - 1).bit_length() if widest else 0  # Few shapes: a power of two.
   p = length_bucket(max(len(t.prompt_ids) for t, _ in rows), min_bucket)
   c = length_bucket(max(len(t.completion_ids) for t, _ in rows), min_bucket)
   b = row_bucket(len(rows), batch_multiple)
@@ -158,14 +166,14 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
                        f"{config.updates_per_batch} x micro-batches of "
                        f"{config.micro_batch_size}")
     return packing.packed_layout(rows_of_part, c, b, pad_id, pack_tokens, share_prompts,
-                                 row_bucket)
+                                 row_bucket, allowed)
   if share_prompts:
-    shared = _shared_prompt_layout(rows, p, c, b, config, pad_id)
+    shared = _shared_prompt_layout(rows, p, c, b, config, pad_id, allowed)
     if shared is not None:
       return shared
   tokens = np.full((b, p + c), pad_id, np.int32)
   attention = np.zeros((b, p + c), np.int32)
-  per_row = packing.loss_rows(b, c)
+  per_row = packing.loss_rows(b, c, allowed)
   for i, (t, a) in enumerate(rows):
     n_p, n_c = len(t.prompt_ids), len(t.completion_ids)
     tokens[i, p - n_p:p] = t.prompt_ids
@@ -173,6 +181,18 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
     attention[i, p - n_p:p + n_c] = 1
     packing.put_loss_row(per_row, i, t, a)
   return {"tokens_BxT": tokens, "attention_mask_BxT": attention, **per_row}
+
+
+def _check_allowed(t: Trajectory) -> None:
+  """A constrained row's allowed sets: one per completion token, each holding its token."""
+  if t.allowed_ids is None:
+    return
+  if len(t.allowed_ids) != len(t.completion_ids):
+    raise ValueError(f"{len(t.allowed_ids)} allowed sets for {len(t.completion_ids)} "
+                     "completion ids")
+  for token, allowed in zip(t.completion_ids, t.allowed_ids):
+    if token not in allowed:
+      raise ValueError(f"completion token {token} is not among its allowed tokens {allowed}")
 
 
 # The shared layout is used when it runs at most this fraction of the plain layout's tokens.
@@ -211,7 +231,7 @@ def rows_of_parts(rows, b: int, config: GRPOConfig) -> dict[int, list] | None:
 
 
 def _shared_prompt_layout(rows, p: int, c: int, b: int, config: GRPOConfig,
-                          pad_id: int) -> dict[str, np.ndarray] | None:
+                          pad_id: int, allowed: int) -> dict[str, np.ndarray] | None:
   """The shared-prompt batch of `build_batch` (module docstring), or None when it would
   not save enough tokens."""
   rows_of_part = rows_of_parts(rows, b, config)
@@ -230,7 +250,7 @@ def _shared_prompt_layout(rows, p: int, c: int, b: int, config: GRPOConfig,
   prompt_index = np.zeros((b,), np.int32)
   tokens = np.full((b, c), pad_id, np.int32)
   attention = np.zeros((b, c), np.int32)
-  per_row = packing.loss_rows(b, c)
+  per_row = packing.loss_rows(b, c, allowed)
   for part, part_rows in rows_of_part.items():
     slot_of_prompt = {ids: slot for slot, ids in enumerate(prompts_of_part[part])}
     for ids, slot in slot_of_prompt.items():

@@ -34,7 +34,8 @@ def chunk_len(batch: int, seq_len: int, vocab: int, budget_bytes: int = DEFAULT_
   return chunk
 
 
-def _next_token_stats(config: ModelConfig, params, hidden_BxCxD, targets_BxC, temperature):
+def _next_token_stats(config: ModelConfig, params, hidden_BxCxD, targets_BxC, temperature,
+                      allowed_BxCxK=None):
   # A scalar, or one temperature per row (`temperature_B`: rows sampled at different ones).
   logits_BxCxV = qwen3.unembed(config, params, hidden_BxCxD) / jnp.reshape(temperature,
                                                                             (-1, 1, 1))
@@ -43,29 +44,53 @@ def _next_token_stats(config: ModelConfig, params, hidden_BxCxD, targets_BxC, te
   # verl's entropy_from_logits, logsumexp(z) - sum(softmax(z) * z), reusing the logsumexp.
   probs_BxCxV = jnp.exp(logits_BxCxV - lse_BxC[..., None])
   entropy_BxC = lse_BxC - jnp.sum(probs_BxCxV * logits_BxCxV, axis=-1)
+  if allowed_BxCxK is not None:
+    # Constrained positions: the distribution over their allowed tokens, as sampled.
+    valid_BxCxK = allowed_BxCxK >= 0
+    z_BxCxK = jnp.take_along_axis(logits_BxCxV, jnp.maximum(allowed_BxCxK, 0), axis=-1)
+    # A finite floor, not -inf: unconstrained positions take the other branch, and a
+    # where() passes 0 * (their gradient) back, which must not be 0 * nan.
+    z_BxCxK = jnp.where(valid_BxCxK, z_BxCxK, -1e9)
+    lse_r_BxC = jax.nn.logsumexp(z_BxCxK, axis=-1)
+    probs_BxCxK = jnp.exp(z_BxCxK - lse_r_BxC[..., None])
+    entropy_r_BxC = lse_r_BxC - jnp.sum(jnp.where(valid_BxCxK, probs_BxCxK * z_BxCxK, 0), -1)
+    constrained_BxC = valid_BxCxK.any(-1)
+    lse_BxC = jnp.where(constrained_BxC, lse_r_BxC, lse_BxC)
+    entropy_BxC = jnp.where(constrained_BxC, entropy_r_BxC, entropy_BxC)
   return picked_BxC - lse_BxC, entropy_BxC
 
 
 def logprobs_from_hidden(config: ModelConfig, params, hidden_BxTxD, tokens_BxT, *,
-                         temperature: float = 1.0, chunk: int | None = None):
+                         temperature: float = 1.0, chunk: int | None = None,
+                         allowed_BxTxK=None):
   """(logp_BxT, entropy_BxT) from final hidden states, chunked over the sequence.
 
   `entropy_BxT[:, t]` is the entropy of the distribution that `tokens[:, t]`
-  was drawn from (aligned like `logp_BxT`); both are 0 at t = 0.
+  was drawn from (aligned like `logp_BxT`); both are 0 at t = 0. Where
+  `allowed_BxTxK[:, t]` lists tokens (-1 pads; all -1: none), that distribution is
+  the model's restricted to them (a constrained choice, `rlsvr.sampling.choices`).
   """
   b, t, d = hidden_BxTxD.shape
   chunk = chunk or chunk_len(b, t, config.vocab_size)
-  # Hidden state t predicts token t + 1; the last target is a dummy, dropped below.
-  targets_BxT = jnp.roll(tokens_BxT, -1, axis=1)
   n_chunks = -(-t // chunk)
   pad = n_chunks * chunk - t
+
+  def chunked(x_BxT, fill=0):
+    # Hidden state t predicts token t + 1: targets move one to the left (the last is a
+    # dummy, dropped below); then the sequence is cut into chunks, scanned over.
+    x_BxT = jnp.roll(x_BxT, -1, axis=1)
+    x_BxT = jnp.pad(x_BxT, ((0, 0), (0, pad), *[(0, 0)] * (x_BxT.ndim - 2)),
+                    constant_values=fill)
+    return x_BxT.reshape(b, n_chunks, chunk, *x_BxT.shape[2:]).swapaxes(0, 1)
+
   hidden_BxTxD = jnp.pad(hidden_BxTxD, ((0, 0), (0, pad), (0, 0)))
-  targets_BxT = jnp.pad(targets_BxT, ((0, 0), (0, pad)))
   hidden_NxBxCxD = hidden_BxTxD.reshape(b, n_chunks, chunk, d).swapaxes(0, 1)
-  targets_NxBxC = targets_BxT.reshape(b, n_chunks, chunk).swapaxes(0, 1)
+  xs = (hidden_NxBxCxD, chunked(tokens_BxT))
+  if allowed_BxTxK is not None:
+    xs += (chunked(allowed_BxTxK, fill=-1),)
 
   def body(_, xs):
-    return None, _next_token_stats(config, params, xs[0], xs[1], temperature)
+    return None, _next_token_stats(config, params, *xs[:2], temperature, *xs[2:])
 
   if n_chunks > 1:
     # Remat: the backward pass recomputes each chunk's logits instead of storing them all.
@@ -73,7 +98,7 @@ def logprobs_from_hidden(config: ModelConfig, params, hidden_BxTxD, tokens_BxT, 
     # whole extra unembedding matmul, a visible share of an update (bench/train_step.py).
     body = jax.checkpoint(body)
 
-  _, (logp_NxBxC, entropy_NxBxC) = jax.lax.scan(body, None, (hidden_NxBxCxD, targets_NxBxC))
+  _, (logp_NxBxC, entropy_NxBxC) = jax.lax.scan(body, None, xs)
 
   def realign(x_NxBxC):
     next_BxT = x_NxBxC.swapaxes(0, 1).reshape(b, n_chunks * chunk)[:, :t]
@@ -84,7 +109,7 @@ def logprobs_from_hidden(config: ModelConfig, params, hidden_BxTxD, tokens_BxT, 
 
 def token_logprobs(config: ModelConfig, params, tokens_BxT, attention_mask_BxT, *,
                    temperature: float = 1.0, chunk: int | None = None, remat: bool = False,
-                   completion_len: int | None = None):
+                   completion_len: int | None = None, allowed_BxCxK=None):
   """(logp, entropy) of `tokens_BxT` under the model, float32.
 
   `attention_mask_BxT` marks real tokens (left-padded prompts, right-padded
@@ -94,25 +119,35 @@ def token_logprobs(config: ModelConfig, params, tokens_BxT, attention_mask_BxT, 
   here. `chunk` is the sequence chunk of the
   unembedding (default: `chunk_len`); `remat` recomputes the layers in the
   backward pass. With `completion_len` C, only the last C tokens are scored and
-  the results are B x C: the prompt's logits are never computed.
+  the results are B x C: the prompt's logits are never computed; `allowed_BxCxK`
+  (with it) restricts constrained positions' distributions (`logprobs_from_hidden`).
   """
   positions_BxT = qwen3.positions_from_mask(attention_mask_BxT)
   hidden_BxTxD, _ = qwen3.forward(config, params, tokens_BxT, positions_BxT, attention_mask_BxT,
                                   remat=remat)
   if completion_len is None:
+    if allowed_BxCxK is not None:
+      raise ValueError("allowed_BxCxK needs completion_len")
     return logprobs_from_hidden(config, params, hidden_BxTxD, tokens_BxT,
                                 temperature=temperature, chunk=chunk)
   # Window of C + 1 positions: its first hidden state predicts the first scored token.
   start = tokens_BxT.shape[1] - completion_len - 1
   logp, entropy = logprobs_from_hidden(config, params, hidden_BxTxD[:, start:],
                                        tokens_BxT[:, start:], temperature=temperature,
-                                       chunk=chunk)
+                                       chunk=chunk, allowed_BxTxK=_window(allowed_BxCxK))
   return logp[:, 1:], entropy[:, 1:]
+
+
+def _window(allowed_BxCxK):
+  """allowed_BxCxK aligned with a scoring window's tokens (its first is the prompt's)."""
+  if allowed_BxCxK is None:
+    return None
+  return jnp.pad(allowed_BxCxK, ((0, 0), (1, 0), (0, 0)), constant_values=-1)
 
 
 def shared_prompt_logprobs(config: ModelConfig, params, prompt_tokens_UxP, prompt_mask_UxP,
                            prompt_index_B, tokens_BxC, mask_BxC, *, temperature: float = 1.0,
-                           chunk: int | None = None, remat: bool = False):
+                           chunk: int | None = None, remat: bool = False, allowed_BxCxK=None):
   """(logp_BxC, entropy_BxC) of completions whose rows share prompts (`qwen3.forward_shared_prompts`):
   what `token_logprobs(..., completion_len=C)` gives for the rows laid out whole."""
   last_prompt_UxD, hidden_BxCxD = qwen3.forward_shared_prompts(
@@ -122,13 +157,14 @@ def shared_prompt_logprobs(config: ModelConfig, params, prompt_tokens_UxP, promp
   hidden_BxWxD = jnp.concatenate([last_prompt_UxD[prompt_index_B][:, None], hidden_BxCxD], 1)
   tokens_BxW = jnp.concatenate([prompt_tokens_UxP[prompt_index_B, -1:], tokens_BxC], 1)
   logp, entropy = logprobs_from_hidden(config, params, hidden_BxWxD, tokens_BxW,
-                                       temperature=temperature, chunk=chunk)
+                                       temperature=temperature, chunk=chunk,
+                                       allowed_BxTxK=_window(allowed_BxCxK))
   return logp[:, 1:], entropy[:, 1:]
 
 
 def packed_logprobs(config: ModelConfig, params, tokens_NxL, positions_NxL, segment_NxL,
                     branch_NxL, row_window_BxW, *, temperature: float = 1.0,
-                    chunk: int | None = None, remat: bool = False):
+                    chunk: int | None = None, remat: bool = False, allowed_BxCxK=None):
   """(logp_BxC, entropy_BxC) of completions packed into buffers (`rlsvr.rl.packing`): what
   `token_logprobs(..., completion_len=C)` gives for the rows laid out whole."""
   hidden_NxLxD, _ = qwen3.forward(config, params, tokens_NxL, positions_NxL, segment_NxL != 0,
@@ -138,5 +174,6 @@ def packed_logprobs(config: ModelConfig, params, tokens_NxL, positions_NxL, segm
   hidden_BxWxD = hidden_NxLxD.reshape(-1, hidden_NxLxD.shape[-1])[row_window_BxW]
   tokens_BxW = tokens_NxL.reshape(-1)[row_window_BxW]
   logp, entropy = logprobs_from_hidden(config, params, hidden_BxWxD, tokens_BxW,
-                                       temperature=temperature, chunk=chunk)
+                                       temperature=temperature, chunk=chunk,
+                                       allowed_BxTxK=_window(allowed_BxCxK))
   return logp[:, 1:], entropy[:, 1:]

@@ -13,7 +13,8 @@ inside a segment, and a completion sees its prompt and itself only
   row_window_BxW        row b's W = C + 1 scoring positions, as flat indices n * L + l
                         into its part's buffers: its prompt's last token, then its
                         completion's tokens (the last one repeated over the padding)
-  loss_mask_BxC, sampler_logp_BxC, advantages_B, temperature_B as in the padded layouts
+  loss_mask_BxC, sampler_logp_BxC, advantages_B, temperature_B (and allowed_BxCxK)
+                        as in the padded layouts
 
 So the per-row arrays of the loss keep their shapes and meaning: the update
 (`train_step`) differs only in how the forward reaches each row's hidden states.
@@ -40,13 +41,17 @@ import numpy as np
 from rlsvr.sampling.layout import length_bucket, length_buckets
 
 
-def loss_rows(b: int, c: int) -> dict[str, np.ndarray]:
+def loss_rows(b: int, c: int, allowed: int = 0) -> dict[str, np.ndarray]:
   """The per-row arrays of the loss, which every layout shares (`rlsvr.rl.batch`); padding
-  rows have no tokens and temperature 1."""
-  return {"loss_mask_BxC": np.zeros((b, c), np.float32),
-          "sampler_logp_BxC": np.zeros((b, c), np.float32),
-          "advantages_B": np.zeros((b,), np.float32),
-          "temperature_B": np.ones((b,), np.float32)}
+  rows have no tokens and temperature 1. With `allowed` = K > 0, also allowed_BxCxK: the
+  tokens each position's probability is normalised over (-1 beyond them; none: all)."""
+  arrays = {"loss_mask_BxC": np.zeros((b, c), np.float32),
+            "sampler_logp_BxC": np.zeros((b, c), np.float32),
+            "advantages_B": np.zeros((b,), np.float32),
+            "temperature_B": np.ones((b,), np.float32)}
+  if allowed:
+    arrays["allowed_BxCxK"] = np.full((b, c, allowed), -1, np.int32)
+  return arrays
 
 
 def put_loss_row(arrays: dict[str, np.ndarray], i: int, trajectory, advantage: float) -> None:
@@ -57,6 +62,9 @@ def put_loss_row(arrays: dict[str, np.ndarray], i: int, trajectory, advantage: f
   arrays["advantages_B"][i] = advantage
   # Greedy rows (temperature 0) are scored under the model's own distribution.
   arrays["temperature_B"][i] = trajectory.temperature or 1.0
+  if trajectory.allowed_ids is not None:
+    for j, allowed in enumerate(trajectory.allowed_ids):
+      arrays["allowed_BxCxK"][i, j, :len(allowed)] = allowed
 
 
 def _segments(part_rows, share_prompts: bool, length: int) -> list[list]:
@@ -102,11 +110,12 @@ def _fill(segments, length: int) -> list[list]:
 
 
 def packed_layout(rows_of_part: dict[int, list], c: int, b: int, pad_id: int, pack_tokens: int,
-                  share_prompts: bool, row_bucket) -> dict[str, np.ndarray]:
+                  share_prompts: bool, row_bucket, allowed: int = 0) -> dict[str, np.ndarray]:
   """The packed batch (module docstring) of `rows_of_part` (part -> [(trajectory,
   advantage)], `batch.rows_of_parts`): `b` rows of `c` completion columns, buffers of
   at most `pack_tokens` unless a row is longer, counted per part by `row_bucket`
-  (`batch.row_bucket`, passed in: `rlsvr.rl.batch` imports this module)."""
+  (`batch.row_bucket`, passed in: `rlsvr.rl.batch` imports this module); `allowed` as
+  in `loss_rows`."""
   n_parts = len(rows_of_part)
   rows = [row for part_rows in rows_of_part.values() for row in part_rows]
   if any(not t.prompt_ids for t, _ in rows):
@@ -131,7 +140,7 @@ def packed_layout(rows_of_part: dict[int, list], c: int, b: int, pad_id: int, pa
   segment_ids = np.zeros((n, length), np.int32)
   branches = np.zeros((n, length), np.int32)
   window = np.zeros((b, c + 1), np.int32)
-  per_row = loss_rows(b, c)
+  per_row = loss_rows(b, c, allowed)
   for part, buffers in buffers_of_part.items():
     for j, buffer in enumerate(buffers):
       row = j * n_parts + part

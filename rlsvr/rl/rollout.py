@@ -7,7 +7,7 @@ types, never the other way round).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 
 @dataclasses.dataclass
@@ -24,7 +24,10 @@ class Trajectory:
   completion was sampled under (DAPO's overlong shaping measures against it).
   `temperature` is the one it was sampled at, when it is not the run's
   (`GRPOConfig.temperature`): the update scores each row under the distribution
-  it was drawn from (0, greedy, is scored at 1).
+  it was drawn from (0, greedy, is scored at 1). `allowed_ids`, for a constrained
+  completion (a vote drawn from a few answers), holds the tokens its sampler could
+  draw at each position (`Completion.allowed`); the update normalises each
+  token's probability over those alone, as the sampler drew it.
   """
 
   prompt_ids: list[int]
@@ -38,6 +41,7 @@ class Trajectory:
   baseline: float = 0.0
   max_new_tokens: int | None = None
   temperature: float | None = None
+  allowed_ids: Sequence[Sequence[int]] | None = None
 
 
 @dataclasses.dataclass

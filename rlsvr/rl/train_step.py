@@ -43,6 +43,9 @@ Batch (a dict of arrays; `rlsvr.rl.batch.build_batch` makes one from trajectorie
   advantages_B        f32    one advantage per row, broadcast over its tokens
   temperature_B       f32    optional: the temperature each row was sampled at, which
                              its logits are divided by; default `GRPOConfig.temperature`
+  allowed_BxCxK       i32    optional: per position, the tokens a constrained sampler
+                             could draw (-1 pads; all -1: any), which its probability
+                             is normalised over
   old_logp_BxC        f32    optional: logprobs of the policy that the ratios are taken
                              against (e.g. an older policy's); default: the trainer's
   ref_logp_BxC        f32    optional; without it and with kl_coef > 0 the step
@@ -227,7 +230,8 @@ def _logprobs(state: TrainState, weights, batch):
   # Rows sampled at other temperatures than the run's (`Trajectory.temperature`, e.g. the
   # spy game's detectors) carry theirs; a batch built without them is scored at the run's.
   kw = dict(temperature=batch.get("temperature_B", cfg.temperature),
-            chunk=cfg.logits_chunk or None, remat=cfg.remat)
+            allowed_BxCxK=batch.get("allowed_BxCxK"), chunk=cfg.logits_chunk or None,
+            remat=cfg.remat)
   if "prompt_tokens_UxP" in batch:
     return shared_prompt_logprobs(state.model_config, weights,
                                   *(batch[k] for k in _SHARED_PROMPTS), **kw)
@@ -259,7 +263,8 @@ def _split_micro(batch: dict[str, jax.Array], micro_batch_size: int):
 
 def _no_grad_logprobs(state: TrainState, weights, batch) -> jax.Array:
   """logp_BxC of the whole batch under `weights` (micro-batched, no gradient)."""
-  keys = ("loss_mask_BxC", "temperature_B", *_SHARED_PROMPTS, *_PACKED, *_WHOLE_ROWS)
+  keys = ("loss_mask_BxC", "temperature_B", "allowed_BxCxK", *_SHARED_PROMPTS, *_PACKED,
+          *_WHOLE_ROWS)
   batch = {k: batch[k] for k in keys if k in batch}
   # The parts the update splits the batch into (updates x micro-batches, row i to part
   # i % parts), not just micro-batches: a shared-prompt or packed batch indexes each row's

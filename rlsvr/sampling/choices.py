@@ -9,8 +9,13 @@ would): at each step the logits of every token that continues no choice from the
 row's trie node are set to -inf, and a row that completes a choice is done
 (finish reason "stop"). Temperature, top-k and top-p then apply to the
 restricted distribution, and the reported logprob is that of the token under
-it. The trainer's log-probs stay those of the unconstrained policy, so an
-update raises the chosen sequence's probability against the whole vocabulary.
+it. Each completion says which tokens were allowed at each of its positions
+(`Completion.allowed`, `allowed_at`), and the update scores it under the same
+restricted distribution (`rlsvr.rl.logprobs`): trained against the whole
+vocabulary, a vote's negative advantages moved the valid answers' mass to
+tokens the sampler never draws, until the sampler's and the trainer's
+log-probs differed by 10 nats a token and the gradient norm grew a
+hundredfold (docs/results.md, spy game).
 
 The trie travels as one dense table, `next_SxV[node, token]` = the node after
 `token` (-1: not allowed), plus `final_S`; S (nodes) is padded to a power of two
@@ -81,3 +86,20 @@ def unconstrained(vocab_size: int) -> ChoiceTable:
 
 def longest(choices: Sequence[Sequence[int]]) -> int:
   return max((len(c) for c in choices), default=0)
+
+
+def allowed_at(choices: Sequence[Sequence[int]], ids: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+  """The tokens a constrained call could draw at each position of `ids` (one of `choices`):
+  the sorted children of the trie node that the tokens before it reach."""
+  children: dict[tuple[int, ...], set[int]] = {}
+  for choice in choices:
+    for j, token in enumerate(choice):
+      children.setdefault(tuple(choice[:j]), set()).add(int(token))
+  ids = tuple(int(t) for t in ids)
+  out = []
+  for j in range(len(ids)):
+    allowed = children.get(ids[:j])
+    if not allowed or ids[j] not in allowed:
+      raise ValueError(f"{list(ids)} is not one of the choices")
+    out.append(tuple(sorted(allowed)))
+  return tuple(out)

@@ -34,6 +34,7 @@ call on one-device weights splits its rows over the host devices (`split_on_host
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
 from typing import Any, Callable, NamedTuple, Sequence
@@ -292,7 +293,8 @@ class Sampler:
     `eos_ids` / `stop_strings` override the sampler's for this call; `seed`
     gives this call a fixed key instead of the next one of the sampler's stream.
     `choices` (token-id sequences): every completion is one of them, drawn from
-    the model's distribution restricted to them (`choices.py`), finish reason "stop".
+    the model's distribution restricted to them (`choices.py`), finish reason "stop",
+    with the tokens allowed at each position in `Completion.allowed`.
     """
     if seed is None:
       self._key, key = jax.random.split(self._key)
@@ -338,10 +340,14 @@ class Sampler:
     params = params if placed is None else placed
     rows = self._slice_rows(params, prompts, max_new_tokens)
     if len(prompts) <= rows:
-      return self._generate(params, weights, prompts, key, *args)
-    return [c for i, start in enumerate(range(0, len(prompts), rows))
-            for c in self._generate(params, weights, prompts[start:start + rows],
-                                    jax.random.fold_in(key, i), *args)]
+      out = self._generate(params, weights, prompts, key, *args)
+    else:
+      out = [c for i, start in enumerate(range(0, len(prompts), rows))
+             for c in self._generate(params, weights, prompts[start:start + rows],
+                                     jax.random.fold_in(key, i), *args)]
+    if choices is None:
+      return out
+    return [dataclasses.replace(c, allowed=choices_lib.allowed_at(choices, c.ids)) for c in out]
 
   def _slice_rows(self, params, prompts, max_new_tokens: int) -> int:
     per_prompt = 1

@@ -64,6 +64,41 @@ def test_each_row_is_scored_at_its_own_temperature(setup):
                                atol=2e-5)
 
 
+def test_constrained_positions_are_scored_over_their_allowed_tokens(setup):
+  """A vote drawn from a few answers: at positions with allowed tokens, logp and entropy
+  are those of the softmax over them alone; elsewhere, of the whole vocabulary. The
+  gradient stays finite (masked slots must not leak nan through the unused branch)."""
+  params, tokens, mask = setup
+  c = 6  # The last 6 tokens of each row are its completion.
+  rng = np.random.default_rng(1)
+  allowed = np.full((3, c, 4), -1, np.int32)
+  for b in range(3):
+    for j in (0, 2, 3) if b != 1 else (5,):
+      others = rng.choice(np.setdiff1d(np.arange(CONFIG.vocab_size), tokens[b, -c + j]), 2,
+                          replace=False)
+      allowed[b, j, :3] = [tokens[b, -c + j], *others]
+  fn = jax.jit(functools.partial(logprobs.token_logprobs, CONFIG, chunk=5, completion_len=c,
+                                 temperature=0.8))
+  logp, ent = fn(params, tokens, mask, allowed_BxCxK=allowed)
+  logits = np.asarray(qwen3.apply(CONFIG, params, tokens, mask), np.float64) / 0.8
+  free_logp, free_ent = fn(params, tokens, mask)
+  for b in range(3):
+    for j in range(c):
+      if mask[b, -c + j] == 0:
+        continue
+      ids = allowed[b, j][allowed[b, j] >= 0]
+      if not len(ids):
+        assert logp[b, j] == free_logp[b, j] and ent[b, j] == free_ent[b, j]
+        continue
+      z = logits[b, -c + j - 1, ids]
+      log_q = z - np.log(np.exp(z - z.max()).sum()) - z.max()
+      np.testing.assert_allclose(logp[b, j], log_q[0], atol=2e-5)
+      np.testing.assert_allclose(ent[b, j], -(np.exp(log_q) * log_q).sum(), atol=2e-5)
+  grads = jax.grad(lambda p: (fn(p, tokens, mask, allowed_BxCxK=allowed)[0] * mask[:, -c:]).sum())(
+      params)
+  assert all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(grads))
+
+
 def test_gradients_match_with_chunks_and_remat(setup):
   params, tokens, mask = setup
   weights = jnp.asarray(np.random.default_rng(1).normal(size=tokens.shape), jnp.float32) * mask

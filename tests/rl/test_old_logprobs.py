@@ -108,6 +108,38 @@ def test_rows_sampled_at_other_temperatures_are_scored_at_theirs(params):
   assert scalar["rollout_corr/k3_kl"] > 1e-3
 
 
+def test_constrained_rows_are_scored_under_the_distribution_they_were_drawn_from(params):
+  """Votes drawn from a few answers (`choices`) carry their allowed tokens to the update,
+  which then scores them as the sampler drew them: no mismatch, first ratio one. Scored
+  against the whole vocabulary, the same rows show the renormalisation as a mismatch."""
+  rng = np.random.default_rng(0)
+  choices = [(3, 9), (4, 9), (17, 9), (40, 2, 9)]
+  trajectories = []
+  for g in range(4):
+    prompt = rng.integers(1, CONFIG.vocab_size, 6).tolist()
+    for c in Sampler(CONFIG)(params, [prompt] * 4, max_new_tokens=3, seed=g, choices=choices):
+      trajectories.append(Trajectory(prompt, list(c.ids), list(c.logprobs),
+                                     float(rng.integers(0, 2)), group_id=g, role="detector",
+                                     allowed_ids=c.allowed))
+  batch = build_batch(trajectories, CFG, min_bucket=8)
+  assert batch["allowed_BxCxK"].shape[-1] == 4  # 4 first tokens; a power of two.
+  _, metrics = step(CFG, params, batch)
+  assert abs(metrics["rollout_corr/kl"]) < 1e-5 and abs(metrics["rollout_corr/k3_kl"]) < 1e-5
+  assert metrics["actor/ppo_kl"] == 0.0
+  _, free = step(CFG, params, {k: v for k, v in batch.items() if k != "allowed_BxCxK"})
+  assert free["rollout_corr/kl"] > 0.1
+
+
+def test_allowed_sets_that_do_not_fit_their_row_are_refused():
+  row = Trajectory([1, 2], [3, 9], [-0.1, 0.0], 1.0, group_id=0, role="detector",
+                   allowed_ids=[(3, 4), (9,)])
+  assert build_batch([row])["allowed_BxCxK"].shape[-1] == 2
+  with pytest.raises(ValueError, match="not among its allowed tokens"):
+    build_batch([dataclasses.replace(row, allowed_ids=[(4, 5), (9,)])])
+  with pytest.raises(ValueError, match="1 allowed sets for 2 completion ids"):
+    build_batch([dataclasses.replace(row, allowed_ids=[(3, 4)])])
+
+
 def test_two_updates_per_batch_equal_two_hand_written_updates(params, truncated):
   # Adam eps 1e-4 keeps the update continuous in the gradient (as in test_train_step):
   # with 1e-8, float noise in a ~0 gradient entry flips a full-size step.

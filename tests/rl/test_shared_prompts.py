@@ -20,24 +20,28 @@ BASE = GRPOConfig(lr=1e-3, kl_coef=0.1, entropy_coef=0.01, adam_eps=1e-4, rollou
 def played_rows(seed=0, groups=4, group_size=8, singles=2):
   """GRPO-like rows: groups sharing a prompt (ragged lengths, an empty completion, a group
   whose rows are not next to each other) and some rows with a prompt of their own, drawn
-  at different temperatures (None: the run's)."""
+  at different temperatures (None: the run's); group 1 and one single row were drawn
+  from a few choices (`allowed_ids`)."""
   rng = np.random.default_rng(seed)
   rows = []
   for g in range(groups + singles):
     prompt = rng.integers(1, 97, int(rng.integers(2, 30))).tolist()
     for _ in range(group_size if g < groups else 1):
       n_c = int(rng.integers(0 if g == 0 else 1, 14))
-      rows.append(Trajectory(prompt_ids=prompt, completion_ids=rng.integers(1, 97, n_c).tolist(),
+      completion = rng.integers(1, 97, n_c).tolist()
+      allowed = [(t, t % 96 + 1, (t + 40) % 96 + 1)[:1 + j % 3] for j, t in enumerate(completion)]
+      rows.append(Trajectory(prompt_ids=prompt, completion_ids=completion,
                              logprobs=rng.normal(-2.0, 0.5, n_c).tolist(),
                              reward=float(rng.integers(0, 3)), group_id=g, role="policy",
-                             temperature=(None, 0.6, 1.0, 1.5)[len(rows) % 4]))
+                             temperature=(None, 0.6, 1.0, 1.5)[len(rows) % 4],
+                             allowed_ids=allowed if g in (1, groups) else None))
   rows.insert(3, rows.pop(-1))  # A row inside group 0's run: groups need not be contiguous.
   return rows
 
 
 def rows_of(batch, parts):
   """Each row of a batch of either layout as (part, prompt, completion, logp, advantage,
-  temperature),
+  temperature, allowed tokens),
   the part being the one `train_step` gives row i (i % parts), the prompt read the way the
   step reads it (from the row's part of the prompts, when shared)."""
   out = []
@@ -54,7 +58,8 @@ def rows_of(batch, parts):
       completion = batch["tokens_BxT"][i, -c:]
     out.append((i % parts, tuple(prompt.tolist()), tuple(completion[:n_c].tolist()),
                 tuple(np.round(batch["sampler_logp_BxC"][i, :n_c], 6)),
-                float(batch["advantages_B"][i]), float(batch["temperature_B"][i])))
+                float(batch["advantages_B"][i]), float(batch["temperature_B"][i]),
+                batch["allowed_BxCxK"][i, :n_c].tobytes()))
   return out
 
 
@@ -96,17 +101,20 @@ def test_shared_prompt_logprobs_match_whole_rows(params):
   c = plain["loss_mask_BxC"].shape[1]
   logp, entropy = jax.jit(functools.partial(token_logprobs, CONFIG, completion_len=c))(
       params, plain["tokens_BxT"], plain["attention_mask_BxT"],
-      temperature=plain["temperature_B"])
+      temperature=plain["temperature_B"], allowed_BxCxK=plain["allowed_BxCxK"])
   keys = ("prompt_tokens_UxP", "prompt_mask_UxP", "prompt_index_B", "completion_tokens_BxC",
           "completion_mask_BxC")
   logp_s, entropy_s = jax.jit(functools.partial(shared_prompt_logprobs, CONFIG))(
-      params, *(shared[k] for k in keys), temperature=shared["temperature_B"])
+      params, *(shared[k] for k in keys), temperature=shared["temperature_B"],
+      allowed_BxCxK=shared["allowed_BxCxK"])
   by_row = {r[1:3]: i for i, r in enumerate(rows_of(plain, 1))}
   for j, row in enumerate(rows_of(shared, 1)):
     if row[1:3] not in by_row and not row[2]:
       continue  # A padding row up to the row bucket: it reads its part's first prompt.
     i, n_c = by_row[row[1:3]], len(row[2])
-    assert n_c == 0 or abs(float(logp[i, :n_c].mean())) > 0.5  # Real values, not zeros.
+    # Real values, not zeros (over a few allowed tokens, logp is nearer 0).
+    floor = 0.1 if plain["allowed_BxCxK"][i].max() >= 0 else 0.5
+    assert n_c == 0 or abs(float(logp[i, :n_c].mean())) > floor
     np.testing.assert_allclose(logp_s[j, :n_c], logp[i, :n_c], atol=2e-5, rtol=0)
     np.testing.assert_allclose(entropy_s[j, :n_c], entropy[i, :n_c], atol=2e-5, rtol=0)
 

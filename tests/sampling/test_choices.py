@@ -62,8 +62,18 @@ def test_logprobs_are_those_of_the_restricted_distribution(tiny, prompts, temper
     for i, token in enumerate(c.ids):
       masked = np.where(table.next_SxV[node] >= 0, logits_TxV[i], -np.inf)
       expected.append(float(jax.jit(strategies.log_probs)(masked[None], sampling)[0, token]))
+      # The completion says what could be drawn there: what the trainer normalises over.
+      assert c.allowed[i] == tuple(np.flatnonzero(table.next_SxV[node] >= 0).tolist())
       node = table.next_SxV[node, token]
     np.testing.assert_allclose(c.logprobs, expected, atol=1e-4)
+
+
+def test_allowed_sets_follow_the_trie_and_refuse_other_sequences():
+  assert choices_lib.allowed_at(CHOICES, (7, 5, 9)) == ((7, 11, 12), (3, 5), (9,))
+  assert choices_lib.allowed_at(CHOICES, (11,)) == ((7, 11, 12),)
+  for other in ((7, 4), (7, 5, 9, 1), (13,)):
+    with pytest.raises(ValueError, match="not one of the choices"):
+      choices_lib.allowed_at(CHOICES, other)
 
 
 def test_choice_frequencies_follow_the_restricted_softmax(tiny):

@@ -85,4 +85,5 @@ def trajectory(*, prompt_ids: Sequence[int], completion: Completion, group: int,
   return Trajectory(prompt_ids=list(prompt_ids), completion_ids=list(completion.ids),
                     logprobs=list(completion.logprobs), reward=0.0, group_id=group, role=role,
                     trained=trained, finish_reason=completion.finish_reason,
-                    max_new_tokens=max_new_tokens, temperature=temperature)
+                    max_new_tokens=max_new_tokens, temperature=temperature,
+                    allowed_ids=completion.allowed)

@@ -12,6 +12,7 @@ from rlsvr.data import bundled_corpus
 from rlsvr.envs.base import Completion
 from rlsvr.envs.spy import SpyGame, SpyGameConfig, mechanics
 from rlsvr.envs.spy.game import item_fields
+from rlsvr.sampling import choices as choices_lib
 
 from .fakes import EOS, ByteTokenizer, ScriptedPolicy, spy_finding_detector, spy_marker_player
 
@@ -319,7 +320,8 @@ def _choosing_policy(tokenizer, pick):
         continue
       answers = [tokenizer.decode(c) for c in kwargs["choices"]]
       chosen = tuple(kwargs["choices"][answers.index(pick(text, answers))])
-      out.append(Completion(chosen, (-0.1,) * len(chosen), "stop"))
+      out.append(Completion(chosen, (-0.1,) * len(chosen), "stop",
+                            allowed=choices_lib.allowed_at(kwargs["choices"], chosen)))
     return out
 
   return sample, calls
@@ -369,17 +371,22 @@ def test_a_vote_without_abstention_offers_and_draws_the_numbers_only():
 
 
 def test_detectors_sample_at_their_own_temperature_and_their_rows_say_so():
+  """...and which tokens their constrained vote could take, for the update to score it so."""
   tokenizer = ByteTokenizer()
   for detector_temperature, expected in ((None, 0.7), (1.0, 1.0)):
-    config = SpyGameConfig.for_task("facts", rollout_n=2, constrained_vote=True,
+    config = SpyGameConfig.for_task("summarisation", rollout_n=2, constrained_vote=True,
                                     answer_prefill=True, sampling={"temperature": 0.7},
                                     detector_temperature=detector_temperature)
     sample, calls = _choosing_policy(tokenizer, _vote_for_the_marked_spy)
-    batch = SpyGame(config, tokenizer).play_episodes(bundled_corpus("facts")[:2], sample,
-                                                     np.random.default_rng(0), 1)
+    batch = SpyGame(config, tokenizer).play_episodes(bundled_corpus("summarisation")[:2],
+                                                     sample, np.random.default_rng(0), 1)
     assert [c["temperature"] for c in calls] == [0.7, expected]  # Players, then detectors.
     temperature_of = {(t.role, t.temperature) for t in batch.trajectories}
     assert temperature_of == {("spy", 0.7), ("civilian", 0.7), ("detector", expected)}
+    for t in batch.trajectories:
+      assert (t.allowed_ids is None) == (t.role != "detector")
+      if t.allowed_ids is not None:
+        assert t.completion_ids[0] in t.allowed_ids[0] and len(t.allowed_ids[0]) >= 4
   with pytest.raises(ValueError, match="detector_temperature must be >= 0"):
     SpyGameConfig.for_task("facts", detector_temperature=-1.0)
 
