@@ -15,9 +15,10 @@ sample. Each game is shown in every rotation of the players' order
 (`spy.detector_orders=rotated`), so a fixed preferred position earns exactly chance.
 
 - `--mode reward`: per shown order, `--votes` votes drawn from the constrained vote's
-  distribution (the model's restricted to `1}`..`n}`, `N/A}` at the sampling
-  temperature, as the sampler draws them), reward 1 for the spy; one GRPO group per
-  game. This is the game's decision step without the sampler and the players.
+  distribution (the model's restricted to `1}`..`n}`, `N/A}` at the detectors' sampling
+  temperature, as the sampler draws them and the update scores them), reward 1 for the
+  spy; one GRPO group per game. This is the game's decision step without the sampler
+  and the players.
 - `--mode label`: every answer as a row, reward 1 for the spy's: one group per game,
   so the answer is given, not drawn. How fast the update can learn the readout at all.
 
@@ -110,9 +111,12 @@ def evaluate(probs_fn, params, held_out, n: int) -> dict[str, float]:
           "top_position_share": float(p[:, :n].mean(0).max() / max(p[:, :n].sum(1).mean(), 1e-9))}
 
 
-def step_rows(games, probs, choices, mode: str, votes: int, rng, step: int):
-  """The step's Trajectory rows: one GRPO group per game."""
+def step_rows(games, probs, choices, mode: str, votes: int, rng, step: int,
+              temperature: float):
+  """The step's Trajectory rows: one GRPO group per game, each row scored as the
+  sampler would have drawn it (over the answers' tokens, at `temperature`)."""
   from rlsvr.rl.rollout import Trajectory  # noqa: PLC0415
+  from rlsvr.sampling.choices import allowed_at  # noqa: PLC0415
 
   rows, i = [], 0
   for g, orders in enumerate(games):
@@ -127,7 +131,8 @@ def step_rows(games, probs, choices, mode: str, votes: int, rng, step: int):
             prompt_ids=list(ids), completion_ids=list(choices[a]),
             logprobs=[float(np.log(max(p[a], 1e-30)))] + [0.0] * (len(choices[a]) - 1),
             reward=float(a == shown_spy - 1), group_id=group, role="detector",
-            finish_reason="stop", max_new_tokens=max(map(len, choices))))
+            finish_reason="stop", max_new_tokens=max(map(len, choices)),
+            temperature=temperature, allowed_ids=allowed_at(choices, choices[a])))
   return rows
 
 
@@ -171,7 +176,9 @@ def main(argv=None) -> dict:
   n = game.config.num_players
   choices = game.vote_choices()
   pad_id = tokenizer.pad_token_id or 0
-  probs_fn = make_vote_probs(model_config, [ch[0] for ch in choices], gcfg.temperature, pad_id)
+  # The detectors' temperature (`spy.detector_temperature`, else the run's).
+  temperature = game.config.sampling_of("detector").get("temperature") or gcfg.temperature
+  probs_fn = make_vote_probs(model_config, [ch[0] for ch in choices], temperature, pad_id)
 
   rng = np.random.default_rng(args.seed)
   # The held-out games first: the same for every --games.
@@ -200,7 +207,7 @@ def main(argv=None) -> dict:
     games = train_games[step * args.per_step:(step + 1) * args.per_step]
     prompts = [ids for orders in games for ids, _ in orders]
     probs = probs_fn(sampling_params(state), prompts)
-    rows = step_rows(games, probs, choices, args.mode, args.votes, rng, step)
+    rows = step_rows(games, probs, choices, args.mode, args.votes, rng, step, temperature)
     batch = build_batch(rows, gcfg, pad_id=pad_id, batch_multiple=multiple,
                         share_prompts=gcfg.share_prompts, pack_tokens=gcfg.pack_tokens)
     t0 = time.time()

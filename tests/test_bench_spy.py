@@ -157,11 +157,17 @@ def test_readout_rows_reward_the_spy_and_form_one_group_per_game():
   probs = np.array([[0.1, 0.6, 0.1, 0.1, 0.1], [0.0, 0.0, 0.0, 1.0, 0.0],
                     [0.2, 0.2, 0.2, 0.2, 0.2]])
   rng = np.random.default_rng(0)
-  label = spy_readout.step_rows(games, probs, choices, "label", 0, rng, step=1)
+  label = spy_readout.step_rows(games, probs, choices, "label", 0, rng, step=1,
+                                temperature=1.0)
   assert len(label) == 3 * 5
   assert [r.completion_ids for r in label if r.reward == 1.0] == [[2], [3], [4]]
   assert len({r.group_id for r in label[:10]}) == 1 and label[10].group_id != label[0].group_id
-  votes = spy_readout.step_rows(games, probs, choices, "reward", 6, rng, step=1)
+  votes = spy_readout.step_rows(games, probs, choices, "reward", 6, rng, step=1,
+                                temperature=0.7)
   assert len(votes) == 3 * 6
   assert all(r.completion_ids == [4] and r.reward == 0.0 for r in votes[6:12])  # p = 1 on "4"
   assert votes[0].logprobs == [float(np.log(probs[0][votes[0].completion_ids[0] - 1]))]
+  # Scored by the update as drawn: over the answers' first tokens, at the temperature.
+  assert label[4].allowed_ids == ((1, 2, 3, 4, 5), (6,))
+  assert label[0].allowed_ids == ((1, 2, 3, 4, 5),)
+  assert {r.temperature for r in votes} == {0.7}
