@@ -120,7 +120,7 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
     max_response_length: the completion length limit (one, or one per
       trajectory), needed by `config.overlong_buffer` > 0.
     pad_id: token id of padding (never attended to, never trained).
-    min_bucket: the smallest prompt / completion bucket.
+    min_bucket: the smallest prompt bucket (completions: 1, 2, 4, ...).
     batch_multiple: rows are padded with fully masked rows, which change no
       loss, to `row_bucket(rows, batch_multiple)`: a bucket (few compiled
       shapes) that is a multiple of this (updates per batch x micro-batch
@@ -157,7 +157,10 @@ def build_batch(trajectories: Sequence[Trajectory], config: GRPOConfig | None = 
   widest = max((len(a) for t, _ in rows for a in t.allowed_ids or ()), default=0)
   allowed = 1 << (widest - 1).bit_length() if widest else 0  # Few shapes: a power of two.
   p = length_bucket(max(len(t.prompt_ids) for t, _ in rows), min_bucket)
-  c = length_bucket(max(len(t.completion_ids) for t, _ in rows), min_bucket)
+  # Completions bucket from 1: each completion column costs an unembedding over the
+  # whole vocabulary, and a constrained vote is 2 tokens (padded to 16, the spy game's
+  # decision update spent most of its time on empty columns).
+  c = length_bucket(max(len(t.completion_ids) for t, _ in rows), 1)
   b = row_bucket(len(rows), batch_multiple)
   if pack_tokens > 0:
     rows_of_part = rows_of_parts(rows, b, config)
