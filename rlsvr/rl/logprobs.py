@@ -67,7 +67,7 @@ def logprobs_from_hidden(config: ModelConfig, params, hidden_BxTxD, tokens_BxT, 
 
   `entropy_BxT[:, t]` is the entropy of the distribution that `tokens[:, t]`
   was drawn from (aligned like `logp_BxT`); both are 0 at t = 0. Where
-  `allowed_BxTxK[:, t]` lists tokens (-1 pads; all -1: none), that distribution is
+  `allowed_BxTxK[:, t]` lists tokens (-1 pads; all -1: unrestricted), that distribution is
   the model's restricted to them (a constrained choice, `rlsvr.sampling.choices`).
   """
   b, t, d = hidden_BxTxD.shape
@@ -116,11 +116,11 @@ def token_logprobs(config: ModelConfig, params, tokens_BxT, attention_mask_BxT, 
   completions); positions count real tokens only. Logits are divided by
   `temperature` first, as verl does, so that the result matches the sampler's
   logprobs at the same temperature: a scalar, or one per row (B,), in every function
-  here. `chunk` is the sequence chunk of the
-  unembedding (default: `chunk_len`); `remat` recomputes the layers in the
-  backward pass. With `completion_len` C, only the last C tokens are scored and
-  the results are B x C: the prompt's logits are never computed; `allowed_BxCxK`
-  (with it) restricts constrained positions' distributions (`logprobs_from_hidden`).
+  here. `chunk` is the sequence chunk of the unembedding (default: `chunk_len`);
+  `remat` recomputes the layers in the backward pass. With `completion_len` C, only
+  the last C tokens are scored and the results are B x C: the prompt's logits are
+  never computed; `allowed_BxCxK` (with it) restricts constrained positions'
+  distributions (`logprobs_from_hidden`).
   """
   positions_BxT = qwen3.positions_from_mask(attention_mask_BxT)
   hidden_BxTxD, _ = qwen3.forward(config, params, tokens_BxT, positions_BxT, attention_mask_BxT,
