@@ -24,6 +24,7 @@ A call without choices passes a one-node table and every row starts free (-1).
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -91,15 +92,23 @@ def longest(choices: Sequence[Sequence[int]]) -> int:
 def allowed_at(choices: Sequence[Sequence[int]], ids: Sequence[int]) -> tuple[tuple[int, ...], ...]:
   """The tokens a constrained call could draw at each position of `ids` (one of `choices`):
   the sorted children of the trie node that the tokens before it reach."""
-  children: dict[tuple[int, ...], set[int]] = {}
-  for choice in choices:
-    for j, token in enumerate(choice):
-      children.setdefault(tuple(choice[:j]), set()).add(int(token))
+  children = _children(tuple(tuple(int(t) for t in c) for c in choices))
   ids = tuple(int(t) for t in ids)
   out = []
   for j in range(len(ids)):
-    allowed = children.get(ids[:j])
-    if not allowed or ids[j] not in allowed:
+    allowed = children.get(ids[:j], ())
+    if ids[j] not in allowed:
       raise ValueError(f"{list(ids)} is not one of the choices")
-    out.append(tuple(sorted(allowed)))
+    out.append(allowed)
   return tuple(out)
+
+
+@functools.lru_cache(maxsize=16)
+def _children(choices: tuple[tuple[int, ...], ...]) -> dict[tuple[int, ...], tuple[int, ...]]:
+  """Prefix -> the sorted tokens that continue it; built once per choice set, not once
+  per completion (the sampler labels every row of a call)."""
+  children: dict[tuple[int, ...], set[int]] = {}
+  for choice in choices:
+    for j, token in enumerate(choice):
+      children.setdefault(choice[:j], set()).add(token)
+  return {prefix: tuple(sorted(tokens)) for prefix, tokens in children.items()}

@@ -219,6 +219,8 @@ class SpyGame:
     rows: list[played.Row] = []
     perf: list[list[float]] = []
     detector_budget = self.detector_max_new_tokens()
+    player_temperature = cfg.sampling_of("player").get("temperature")
+    detector_temperature = cfg.sampling_of("detector").get("temperature")
     for game in games:
       rewards = mechanics.performance_rewards(game.votes(), game.spy, cfg.num_players, cfg.beta,
                                               cfg.lam)
@@ -228,7 +230,7 @@ class SpyGame:
             prompt_ids=turn.prompt_ids, completion=turn.completion, group=2 * game.index,
             role="spy" if turn.player == game.spy else "civilian",
             trained=phase == "clue" or cfg.joint, max_new_tokens=cfg.player_max_new_tokens,
-            temperature=cfg.sampling_of("player").get("temperature"))
+            temperature=player_temperature)
         rows.append(played.Row(game=game, source=turn, trajectory=trajectory,
                                raw_reward=rewards[turn.player - 1]))
       for detector in game.detectors:
@@ -236,7 +238,7 @@ class SpyGame:
             prompt_ids=detector.prompt_ids, completion=detector.completion,
             group=2 * game.index + 1, role="detector", trained=phase == "decision" or cfg.joint,
             max_new_tokens=detector_budget,
-            temperature=cfg.sampling_of("detector").get("temperature"))
+            temperature=detector_temperature)
         raw = mechanics.detection_reward(detector.vote, game.spy, cfg.detection_reward)
         rows.append(played.Row(game=game, source=detector, trajectory=trajectory, raw_reward=raw))
 
