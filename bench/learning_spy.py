@@ -3,6 +3,7 @@
   python bench/learning_spy.py                          # spy_summ.py:cpu, seeds 0,1,2
   python bench/learning_spy.py --seeds 0 --set steps=12 --set grpo.lr=3e-5
   python bench/learning_spy.py --config configs/spy_summ.py:cpu,reports --json out.json
+  python bench/learning_spy.py --seeds 2 --merge seed0.json --merge seed1.json  # pool seeds
 
 Trains `--config` once per seed through `rlsvr.train.train` (the trainer the
 README's command runs; `--set key=value` overrides config keys) in
@@ -14,7 +15,9 @@ accuracy, share of trained groups without reward spread, gradient norm).
 
 Prints one table per seed and the mean over seeds (with the standard error
 across seeds), and the training time per seed. A finished seed's workdir is
-reused, so a rerun only reports (`--fresh` trains again).
+reused, so a rerun only reports (`--fresh` trains again). `--merge` adds the
+seeds of earlier runs' `--json` files (the same recipe, other machines or
+sessions) to the mean; their config and `--set` are printed beside it.
 """
 from __future__ import annotations
 
@@ -104,26 +107,53 @@ def main() -> None:
   parser.add_argument("--workdir", default="/tmp/rlsvr_learning_spy")
   parser.add_argument("--fresh", action="store_true")
   parser.add_argument("--json", default=None)
+  parser.add_argument("--merge", action="append", default=[],
+                      help="an earlier run's --json: its seeds join the table and the mean")
   args = parser.parse_args()
 
-  seeds = [int(s) for s in args.seeds.split(",")]
-  results = {}
+  seeds = [int(s) for s in args.seeds.split(",") if s]
+  results: dict[int, dict] = {}
+  merged = []
+  for path in args.merge:
+    with open(path) as f:
+      earlier = json.load(f)
+    print(f"merged from {path}: {earlier['config']} {' '.join(earlier['set'])}")
+    merged.append({"from": os.path.basename(path), "config": earlier["config"],
+                   "set": earlier["set"], "seeds": sorted(map(int, earlier["seeds"]))})
+    for seed, result in earlier["seeds"].items():
+      if int(seed) in results or int(seed) in seeds:
+        raise SystemExit(f"seed {seed} of {path} is already in the table")
+      results[int(seed)] = result
   for seed in seeds:
     workdir = os.path.join(args.workdir, f"seed_{seed}")
     seconds = train_seed(args.config, seed, args.set, workdir, args.fresh)
     before, after = seed_table(workdir)
     results[seed] = {"train_s": seconds, "before": before, "after": after,
                      "steps": step_diagnostics(workdir)}
-    print(f"\n== seed {seed}: {seconds / 60:.1f} min of training (held-out evaluations "
-          f"included), steps {before['step']} -> {after['step']}")
-    width = max(map(len, HELDOUT_KEYS))
-    for key in HELDOUT_KEYS:
-      print(f"  {key.ljust(width)}  {fmt(before, key):>15}  ->  {fmt(after, key):>15}")
-    for key, value in results[seed]["steps"].items():
-      print(f"  {key.ljust(width)}  {value:.3f}")
+  for seed, result in sorted(results.items()):
+    print_seed(seed, result)
+  print_mean(results, f"{args.config} {' '.join(args.set)}")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump({"config": args.config, "set": args.set, "seeds": results,
+                 **({"merged": merged} if merged else {})}, f, indent=1)
 
-  print(f"\n== {args.config} {' '.join(args.set)}: mean over seeds {seeds} "
-        "(± standard error across seeds)")
+
+def print_seed(seed: int, result: dict) -> None:
+  before, after = result["before"], result["after"]
+  print(f"\n== seed {seed}: {result['train_s'] / 60:.1f} min of training (held-out "
+        f"evaluations included), steps {before['step']} -> {after['step']}")
+  width = max(map(len, HELDOUT_KEYS))
+  for key in HELDOUT_KEYS:
+    print(f"  {key.ljust(width)}  {fmt(before, key):>15}  ->  {fmt(after, key):>15}")
+  for key, value in result["steps"].items():
+    print(f"  {key.ljust(width)}  {value:.3f}")
+
+
+def print_mean(results: dict[int, dict], title: str) -> None:
+  seeds = sorted(results)
+  width = max(map(len, HELDOUT_KEYS))
+  print(f"\n== {title}: mean over seeds {seeds} (± standard error across seeds)")
   for key in HELDOUT_KEYS:
     cells = []
     for when in ("before", "after"):
@@ -131,12 +161,8 @@ def main() -> None:
       se = np.std(values, ddof=1) / np.sqrt(len(values)) if len(values) > 1 else 0.0
       cells.append(f"{np.mean(values):.3f} ± {se:.3f}" if values else "-")
     print(f"  {key.ljust(width)}  {cells[0]:>15}  ->  {cells[1]:>15}")
-  print(f"  training minutes per seed: "
+  print("  training minutes per seed: "
         + ", ".join(f"{results[s]['train_s'] / 60:.1f}" for s in seeds))
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump({"config": args.config, "set": args.set, "seeds": results}, f, indent=1)
-
 
 if __name__ == "__main__":
   main()

@@ -5,6 +5,8 @@ Variants (comma-separated, e.g. `configs/spy_summ.py:cpu,sequential`):
   cpu         the embedded default: SmolLM2-135M-Instruct, bundled corpus, small games;
               summarisation plays the "facts" task (short generated fact sheets)
   cpu_long    `cpu` run longer, with more held-out games
+  detectors   with cpu: the detectors alone learn the played game, 48 decision steps of one
+              game and 256 rotated votes (the recipe of docs/results.md, ~30 min)
   reports     with cpu: summarisation of the bundled ~80-word reports instead of fact sheets
   smoke       tiny random Qwen3 with the real Qwen3 tokenizer; seconds (tests)
   sequential  the two-player sequential game
@@ -17,7 +19,7 @@ from ml_collections.config_dict import placeholder
 
 from configs.base import base_config, parse_variants, run_locally
 
-VARIANTS = ("cpu", "cpu_long", "reports", "smoke", "sequential", "no_spy", "released", "bundled")
+VARIANTS = ("cpu", "cpu_long", "detectors", "reports", "smoke", "sequential", "no_spy", "released", "bundled")
 
 
 def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
@@ -74,6 +76,9 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
 
   if "cpu_long" in variants:
     variants.append("cpu")
+  if "detectors" in variants and not {"cpu", "smoke"} & set(variants):
+    raise ValueError("`detectors` sizes a CPU run: use it with cpu, e.g. "
+                     "configs/spy_summ.py:cpu,detectors")
   if "cpu" in variants:
     # Sized for minutes on 2 CPU cores: the update over the prompts (rules, document,
     # every player's output) dominates a step, so documents are short (docs/results.md).
@@ -113,6 +118,33 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.steps = 20
     c.heldout.size = 16
     c.checkpoint.every = 6
+  if "detectors" in variants:
+    # The played game whose detectors learn (docs/results.md, "The played game teaches"):
+    # the players stay untrained, so this measures whether the game's reward teaches the vote.
+    c.steps = 48
+    c.spy.training_phase = "decision"
+    c.spy.games_per_step = 1
+    # 256 votes on one game's 4 rotated prompts: a position preference earns chance in every
+    # group, and the votes are nearly free next to the update over the prompts.
+    c.spy.rollout_n = 256
+    c.spy.detector_orders = "rotated"
+    c.spy.vote_abstain = False  # With N/A the votes abstained rather than guess.
+    c.spy.mask_fraction = 0.4  # The spy's summary misses facts (least-recall rule: ~1.0).
+    # Players write at 0.7 (their summaries carry the sheet), votes draw at 1.0: at 0.7 one
+    # number took every vote within a few steps.
+    c.spy.detector_temperature = 1.0
+    c.grpo.lr = 3e-5
+    c.grpo.warmup_steps = 12
+    # Without the KL to the initial weights the vote drifted onto one number in 1-11 steps
+    # at every votes count and warmup tried; at 0.2 it learnt instead.
+    c.grpo.kl_coef = 0.2
+    c.grpo.remat = False  # The 4 prompts fit in memory whole; remat would only recompute.
+    c.grpo.micro_batch_size = 0
+    c.grpo.filter_groups = False  # 256 votes always have spread.
+    # 16 games x 256 votes: a standard error of ~0.01-0.02 on the before/after accuracy.
+    c.heldout.size = 16
+    c.heldout.per_call = 16
+    c.checkpoint.every = 8
   if "smoke" in variants:
     run_locally(c, "random:tiny", tokenizer="qwen3")
     c.data.source = "bundled"

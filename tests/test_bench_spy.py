@@ -4,6 +4,7 @@ import json
 import sys
 
 import numpy as np
+import pytest
 
 from bench import learning_spy, spy_ceiling
 
@@ -171,3 +172,30 @@ def test_readout_rows_reward_the_spy_and_form_one_group_per_game():
   assert label[4].allowed_ids == ((1, 2, 3, 4, 5), (6,))
   assert label[0].allowed_ids == ((1, 2, 3, 4, 5),)
   assert {r.temperature for r in votes} == {0.7}
+
+
+def test_the_learning_bench_merges_earlier_runs_seeds_into_the_mean(tmp_path, monkeypatch,
+                                                                   capsys):
+  def run(seed, acc):
+    return {"train_s": 60.0 * (seed + 1), "steps": {"step_s": 1.0},
+            "before": {"step": 0, "detect_acc": 0.25},
+            "after": {"step": 4, "detect_acc": acc, "detect_acc/se": 0.01}}
+
+  earlier = tmp_path / "earlier.json"
+  earlier.write_text(json.dumps({"config": "configs/spy_summ.py:cpu", "set": ["steps=4"],
+                                 "seeds": {"0": run(0, 0.4), "1": run(1, 0.6)}}))
+  out = tmp_path / "all.json"
+  monkeypatch.setattr(sys, "argv", ["learning_spy.py", "--seeds", "", "--merge", str(earlier),
+                                    "--json", str(out)])
+  learning_spy.main()
+  printed = capsys.readouterr().out
+  assert "mean over seeds [0, 1]" in printed
+  assert "0.500 ± 0.100" in printed  # mean and standard error of 0.4 and 0.6
+  got = json.loads(out.read_text())
+  assert sorted(got["seeds"]) == ["0", "1"]
+  assert got["merged"] == [{"from": "earlier.json", "config": "configs/spy_summ.py:cpu",
+                            "set": ["steps=4"], "seeds": [0, 1]}]
+  # A seed both merged and asked for is refused, not counted twice.
+  monkeypatch.setattr(sys, "argv", ["learning_spy.py", "--seeds", "1", "--merge", str(earlier)])
+  with pytest.raises(SystemExit, match="seed 1"):
+    learning_spy.main()

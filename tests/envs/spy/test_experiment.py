@@ -95,3 +95,30 @@ def test_heldout_per_call_sets_the_games_of_each_evaluation_call():
   # Players (4 per game), detectors (2 per game), then the plain prompts (4 per game).
   assert rows_per_call() == [8, 4, 8, 4, 8, 8]  # games_per_step = 2 at a time.
   assert rows_per_call("--config.heldout.per_call=4") == [16, 8, 16]
+
+
+# The `--set` list the results.md runs of "The played game teaches" were made with.
+PLAYED_RECIPE = (
+    "spy.training_phase=decision", "steps=48", "spy.games_per_step=1", "spy.rollout_n=256",
+    "spy.detector_orders=rotated", "spy.constrained_vote=True", "spy.vote_abstain=False",
+    "spy.mask_fraction=0.4", "sampling.temperature=0.7", "spy.detector_temperature=1.0",
+    "grpo.lr=3e-5", "grpo.warmup_steps=12", "grpo.kl_coef=0.2", "grpo.remat=False",
+    "grpo.micro_batch_size=0", "grpo.filter_groups=False", "heldout.size=16",
+    "heldout.per_call=16")
+
+
+def test_the_detectors_variant_is_the_recipe_the_results_were_made_with():
+  recipe = parse("configs/spy_summ.py:cpu", *(f"--config.{s}" for s in PLAYED_RECIPE))
+  variant = parse("configs/spy_summ.py:cpu,detectors")
+  assert game_config(variant) == game_config(recipe)
+  differ = {k for k in ("steps", "grpo", "sampling", "heldout", "model", "data", "seed")
+            if variant[k] != recipe[k]}
+  assert not differ, differ
+  assert variant.checkpoint.every == 8
+
+
+def test_the_detectors_variant_needs_a_cpu_run():
+  from configs import spy_summ
+  with pytest.raises(ValueError, match="cpu,detectors"):
+    spy_summ.get_config("detectors")
+  assert spy_summ.get_config("smoke,detectors").spy.rollout_n == 2  # smoke sizes win
