@@ -50,7 +50,7 @@ def shown_games(game, documents, rng, rotations: int, spy_line: str = "masked"):
   """Per document, the detector prompts of its idealised game in `rotations` orders:
   [(prompt ids, the spy's shown number), ...]."""
   from rlsvr.envs.spy import prompts  # noqa: PLC0415
-  from rlsvr.envs.spy.game import rotated_order  # noqa: PLC0415
+  from rlsvr.envs.spy.mechanics import rotated_order  # noqa: PLC0415
 
   cfg, n = game.config, game.config.num_players
   out = []

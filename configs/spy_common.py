@@ -41,6 +41,10 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   # rotated by r mod n and renumbered, its vote mapped back, so a position preference
   # earns chance in every group (`rlsvr.envs.spy.config.SpyGameConfig`).
   c.spy.detector_orders = "same"
+  # independent: each game seats its spy at random (paper); stratified: a step's games seat
+  # their spies at every seat equally often, which cancels a position preference within
+  # the step with one prompt per game (`rlsvr.envs.spy.config.SpyGameConfig`).
+  c.spy.spy_seats = "independent"
   c.spy.mask_fraction = placeholder(float)  # Share of the spy's characters masked.
   c.spy.truncate_words = placeholder(int)  # Inputs cut to their first N words.
   c.spy.rounds = 1  # Times every player writes.

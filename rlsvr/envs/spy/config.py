@@ -9,6 +9,7 @@ from rlsvr.envs.spy import mechanics
 TASKS = ("summarisation", "writing", "math", "facts")
 VARIANTS = ("parallel", "sequential", "no_spy")
 DETECTOR_ORDERS = ("same", "rotated")
+SPY_SEATS = ("independent", "stratified")
 _TASK_ALIASES = {"summarization": "summarisation", "summary": "summarisation",
                  "story": "writing", "creative_writing": "writing"}
 
@@ -46,6 +47,12 @@ class SpyGameConfig:
       a group of a multiple of n detectors the spy sits at every position
       equally often and a preference for a position earns nothing. Not in the
       paper: off by default.
+    spy_seats: "independent" (the paper: each game seats its spy at random) or
+      "stratified": the games played together seat their spies at every seat
+      equally often (in a random order, the remainder at distinct seats), so each
+      game's spy seat stays uniform while a step's games cancel a preference for
+      a position as rotated orders do, with one prompt per game instead of n
+      (docs/results.md, spy game). The parallel game only. Not in the paper.
     mask_fraction: share of the spy's characters masked (stated in prompts).
     truncate_words: inputs are cut to their first this-many words.
     rounds: how many times every player writes (later rounds see earlier ones).
@@ -96,6 +103,7 @@ class SpyGameConfig:
   num_players: int = 4
   rollout_n: int = 8
   detector_orders: str = "same"
+  spy_seats: str = "independent"
   mask_fraction: float = 0.2
   truncate_words: int = 16000
   rounds: int = 1
@@ -125,6 +133,9 @@ class SpyGameConfig:
         (self.spy_view in ("masked", "none"), "spy_view must be 'masked' or 'none'"),
         (self.detector_orders in DETECTOR_ORDERS,
          f"detector_orders must be one of {DETECTOR_ORDERS}"),
+        (self.spy_seats in SPY_SEATS, f"spy_seats must be one of {SPY_SEATS}"),
+        (self.spy_seats == "independent" or self.variant == "parallel",
+         "spy_seats='stratified' is for the parallel game (the sequential spy sits last)"),
         (self.num_players >= 2, "num_players must be >= 2"),
         (self.rollout_n >= 1, "rollout_n must be >= 1"),
         (self.rounds >= 1, "rounds must be >= 1"),

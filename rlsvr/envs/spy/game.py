@@ -51,11 +51,6 @@ def item_fields(item: Any, index: int) -> tuple[str, str]:
   return str(getattr(item, "id", index)), str(item.text)
 
 
-def rotated_order(num_players: int, shift: int) -> tuple[int, ...]:
-  """The players in the order shown as 1..n, rotated by `shift` (mod n)."""
-  return tuple((k + shift) % num_players + 1 for k in range(num_players))
-
-
 class SpyGame:
   """Plays spy games; implements `rlsvr.envs.base.Environment`."""
 
@@ -125,7 +120,8 @@ class SpyGame:
                        "prompts")
     return completions
 
-  def _new_game(self, index: int, item: Any, rng: np.random.Generator) -> played.Game:
+  def _new_game(self, index: int, item: Any, rng: np.random.Generator,
+                seat: int | None = None) -> played.Game:
     cfg = self.config
     item_id, text = item_fields(item, index)
     reference = mechanics.truncate_words(text, cfg.truncate_words)
@@ -135,6 +131,8 @@ class SpyGame:
                          views=views, mask=None)
     if cfg.variant == "sequential":
       spy = cfg.num_players
+    elif seat is not None:
+      spy = seat
     else:
       spy = int(rng.integers(1, cfg.num_players + 1))
     mask = None
@@ -177,7 +175,7 @@ class SpyGame:
     """The players' order each detector of a game reads (`SpyGameConfig.detector_orders`)."""
     shifts = (range(self.config.rollout_n) if self.config.detector_orders == "rotated"
               else [0] * self.config.rollout_n)
-    return [rotated_order(self.config.num_players, shift) for shift in shifts]
+    return [mechanics.rotated_order(self.config.num_players, shift) for shift in shifts]
 
   def _detect(self, games: list[played.Game], sample: SampleFn) -> None:
     cfg = self.config
@@ -274,7 +272,10 @@ class SpyGame:
   def _play_games(self, items: Sequence[Any], sample: SampleFn,
                   rng: np.random.Generator) -> list[played.Game]:
     """Plays one game per item: players perform, detectors vote; the spy is known after."""
-    games = [self._new_game(i, item, rng) for i, item in enumerate(items)]
+    seats = (mechanics.stratified_seats(len(items), self.config.num_players, rng)
+             if self.config.spy_seats == "stratified" else [None] * len(items))
+    games = [self._new_game(i, item, rng, seat)
+             for i, (item, seat) in enumerate(zip(items, seats))]
     self._perform(games, sample)
     self._detect(games, sample)
     for game in games:

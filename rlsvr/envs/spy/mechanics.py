@@ -1,4 +1,4 @@
-"""Spy-game mechanics: truncation, masking, public outputs, votes, rewards, phases.
+"""Spy-game mechanics: truncation, masking, public outputs, votes, rewards, phases, seats.
 
 Everything here is pure host-side Python on strings and small lists, so the
 notebooks and the tests can call it directly. Conventions:
@@ -324,3 +324,17 @@ class RoleBaselines:
 
   def load_state_dict(self, state: dict[str, float]) -> None:
     self.values = {str(k): float(v) for k, v in state.items()}
+
+
+def stratified_seats(count: int, num_players: int, rng: np.random.Generator) -> list[int]:
+  """Spy seats (1-based) of `count` games: every seat equally often, the remainder at
+  distinct seats, in a random order (`SpyGameConfig.spy_seats`)."""
+  full, rest = divmod(count, num_players)
+  seats = np.arange(1, num_players + 1)
+  drawn = np.concatenate([np.tile(seats, full), rng.choice(seats, rest, replace=False)])
+  return [int(s) for s in rng.permutation(drawn)]
+
+
+def rotated_order(num_players: int, shift: int) -> tuple[int, ...]:
+  """The players in the order shown as 1..n, rotated by `shift` (mod n)."""
+  return tuple((k + shift) % num_players + 1 for k in range(num_players))

@@ -49,3 +49,11 @@ def test_validation(overrides):
 def test_frozen():
   with pytest.raises(AttributeError):
     SpyGameConfig().num_players = 3
+
+
+def test_stratified_seats_are_for_the_parallel_game():
+  assert SpyGameConfig.for_task("facts", spy_seats="stratified").spy_seats == "stratified"
+  with pytest.raises(ValueError, match="spy_seats='stratified' is for the parallel game"):
+    SpyGameConfig.for_task("summarisation", "sequential", spy_seats="stratified")
+  with pytest.raises(ValueError, match="spy_seats must be one of"):
+    SpyGameConfig.for_task("facts", spy_seats="balanced")

@@ -505,3 +505,50 @@ def test_rotated_detectors_make_a_fixed_position_earn_chance_in_every_group(orde
     rewards = [t.reward for t in _detectors(batch, g)]
     assert sum(rewards) == (hits if hits is not None else 8 * (record["spy"] == 1))
   assert batch.metrics["spy/top_position_share"] == 1.0
+
+
+@pytest.mark.parametrize("count", range(0, 14))
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_stratified_seats_put_the_spy_at_every_seat_equally_often(count, n):
+  seats = mechanics.stratified_seats(count, n, np.random.default_rng(count * 7 + n))
+  assert len(seats) == count and set(seats) <= set(range(1, n + 1))
+  counts = np.bincount(seats, minlength=n + 1)[1:]
+  assert counts.max() - counts.min() <= 1  # whole rounds, then distinct seats
+  assert counts.min() == count // n
+
+
+def test_stratified_seats_are_uniform_for_each_game():
+  # Each game's seat alone is uniform (nothing in one game tells where its spy sits),
+  # including the games of an incomplete round.
+  rng = np.random.default_rng(0)
+  draws = np.array([mechanics.stratified_seats(6, 4, rng) for _ in range(4000)])
+  for game in range(6):
+    shares = np.bincount(draws[:, game], minlength=5)[1:] / len(draws)
+    np.testing.assert_allclose(shares, 0.25, atol=0.03)
+
+
+def test_a_fixed_position_earns_chance_over_a_stratified_step():
+  # One prompt per game, read in the paper's order: a vote for the first position wins
+  # every vote of one game in four, so the step's games cancel that preference.
+  config = SpyGameConfig.for_task("summarisation", rollout_n=8, spy_seats="stratified")
+  tokenizer = ByteTokenizer()
+  policy = ScriptedPolicy(tokenizer, functools.partial(spy_marker_player, task=config.task),
+                          lambda prompt: "\\boxed{1}")
+  for seed in range(3):
+    _, _, batch = _play(config, bundled_corpus("summarisation")[:8], policy=policy, seed=seed)
+    assert sorted(r["spy"] for r in batch.records) == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert sum(t.reward for t in batch.trajectories if t.role == "detector") == 16
+    assert all(len({tuple(t.prompt_ids) for t in _detectors(batch, g)}) == 1 for g in range(8))
+
+
+def test_independent_seats_are_the_default_and_draw_as_before():
+  config = SpyGameConfig.for_task("summarisation", rollout_n=2)
+  assert config.spy_seats == "independent"
+  _, _, batch = _play(config, bundled_corpus("summarisation")[:8], seed=5)
+  rng = np.random.default_rng(5)
+  expected = []
+  for item in bundled_corpus("summarisation")[:8]:  # a seat, then a mask, per game
+    expected.append(int(rng.integers(1, 5)))
+    mechanics.mask_span(mechanics.truncate_words(item_fields(item, 0)[1], 16000),
+                        config.mask_fraction, rng)
+  assert [r["spy"] for r in batch.records] == expected
