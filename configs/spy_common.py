@@ -132,6 +132,7 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     # group, and the votes are nearly free next to the update over the prompts.
     c.spy.rollout_n = 256
     c.spy.detector_orders = "rotated"
+    c.spy.constrained_vote = True
     c.spy.vote_abstain = False  # With N/A the votes abstained rather than guess.
     c.spy.mask_fraction = 0.4  # The spy's summary misses facts (least-recall rule: ~1.0).
     # Players write at 0.7 (their summaries carry the sheet), votes draw at 1.0: at 0.7 one

@@ -121,4 +121,5 @@ def test_the_detectors_variant_needs_a_cpu_run():
   from configs import spy_summ
   with pytest.raises(ValueError, match="cpu,detectors"):
     spy_summ.get_config("detectors")
-  assert spy_summ.get_config("smoke,detectors").spy.rollout_n == 2  # smoke sizes win
+  smoke = spy_summ.get_config("smoke,detectors")  # the docs commands' smoke form
+  assert game_config(smoke).rollout_n == 2 and not game_config(smoke).vote_abstain
