@@ -19,7 +19,8 @@ from ml_collections.config_dict import placeholder
 
 from configs.base import base_config, parse_variants, run_locally
 
-VARIANTS = ("cpu", "cpu_long", "detectors", "reports", "smoke", "sequential", "no_spy", "released", "bundled")
+VARIANTS = ("cpu", "cpu_long", "detectors", "reports", "smoke", "sequential", "no_spy",
+            "released", "bundled")
 
 
 def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
