@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import load_config  # noqa: E402
 
-HELDOUT_KEYS = ("detect_acc", "ceiling/best_per_game", "ceiling/mask_chars",
+HELDOUT_KEYS = ("detect_acc", "caught", "ceiling/best_per_game", "ceiling/mask_chars",
                 "ceiling/missed_consensus", "ceiling/least_recall", "vote_share_spy",
                 "vote_share_civilian", "abstain_rate", "recall/civilian", "recall/spy",
                 "plain_recall")

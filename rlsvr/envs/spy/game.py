@@ -292,8 +292,10 @@ class SpyGame:
     count reuses its compiled sampler shapes); 0: all at once.
 
     Per game: the detectors' accuracy (votes for the spy / votes), their
-    invalid and abstention rates, and the share of the game's valid votes that
-    went to the spy and to the average civilian (chance: 1 / num_players each).
+    invalid and abstention rates, the share of the game's valid votes that
+    went to the spy and to the average civilian (chance: 1 / num_players each),
+    and the vote's verdict: whether the spy got strictly the most valid votes
+    (`caught`; chance 1 / num_players when the votes are spread at random).
     Next to them, what the game's outputs carry: the scripted detectors'
     accuracy on the same games (`ceiling/*`, `rlsvr.envs.spy.scripted`; not for
     the no-spy variant, which has no spy to find), and the share of the
@@ -306,7 +308,7 @@ class SpyGame:
     from rlsvr import heldout  # noqa: PLC0415
 
     n = self.config.num_players
-    acc, invalid, abstain, spy_share, civ_share = [], [], [], [], []
+    acc, invalid, abstain, spy_share, civ_share, caught = [], [], [], [], [], []
     chunk = games_per_call or max(len(items), 1)
     games = [g for i in range(0, len(items), chunk)
              for g in self._play_games(items[i:i + chunk], sample, rng)]
@@ -316,6 +318,7 @@ class SpyGame:
       invalid.append(float(np.mean([v is None for v in votes])))
       abstain.append(float(np.mean([v == mechanics.ABSTAIN for v in votes])))
       counts = mechanics.vote_counts(votes, n)
+      caught.append(float(mechanics.spy_caught(votes, game.spy, n)))
       if sum(counts):
         spy_share.append(counts[game.spy - 1] / sum(counts))
         civ_share.append((1 - spy_share[-1]) / (n - 1))
@@ -323,6 +326,7 @@ class SpyGame:
            **heldout.with_se("abstain_rate", abstain),
            **heldout.with_se("vote_share_spy", spy_share),
            **heldout.with_se("vote_share_civilian", civ_share),
+           **heldout.with_se("caught", caught),
            "chance_detect_acc": 1.0 / n}
     if games and self.config.variant != "no_spy":
       per_game = [scripted.game_accuracies(g.reference, _player_texts(g, n), g.spy) for g in games]

@@ -168,6 +168,13 @@ def vote_counts(votes: Iterable[Vote], num_players: int) -> list[int]:
   return counts
 
 
+def spy_caught(votes: Iterable[Vote], spy: int, num_players: int) -> bool:
+  """The vote's verdict: the spy got strictly more valid votes than every other player (a
+  tie for the most is no catch, and neither is a game without valid votes)."""
+  counts = vote_counts(votes, num_players)
+  return counts[spy - 1] > max(c for k, c in enumerate(counts) if k != spy - 1)
+
+
 def performance_rewards(
     votes: Iterable[Vote],
     spy: int,

@@ -406,11 +406,13 @@ def test_evaluate_scores_games_without_touching_the_training_state():
   assert env.state_dict() == before and evaluate(_vote_for_the_marked_spy) == finder
   assert (finder["detect_acc"], finder["detect_acc/se"]) == (1.0, 0.0)
   assert (finder["vote_share_spy"], finder["vote_share_civilian"]) == (1.0, 0.0)
+  assert finder["caught"] == 1.0
   assert finder["invalid_vote_rate"] == 0.0 and finder["chance_detect_acc"] == 0.25
 
   abstainer = evaluate(lambda text, answers: "N/A}")
   assert abstainer["abstain_rate"] == 1.0 and abstainer["detect_acc"] == 0.0
   assert np.isnan(abstainer["vote_share_spy"])  # no valid vote: no share to report
+  assert abstainer["caught"] == 0.0  # nobody has the most votes
 
   # Everyone votes Player 1: the accuracy is the share of games whose spy is Player 1.
   ones = evaluate(lambda text, answers: "1}")
@@ -419,6 +421,7 @@ def test_evaluate_scores_games_without_touching_the_training_state():
   assert ones["detect_acc"] == pytest.approx(np.mean(hits))
   assert ones["detect_acc/se"] == pytest.approx(np.std(hits, ddof=1) / np.sqrt(len(hits)))
   assert ones["vote_share_spy"] == pytest.approx(np.mean(hits))
+  assert ones["caught"] == pytest.approx(np.mean(hits))  # the verdict is unanimous
 
 
 def _copying_policy(tokenizer):

@@ -265,3 +265,11 @@ def test_role_baselines():
   assert restored.values == baselines.values
   with pytest.raises(ValueError):
     mechanics.RoleBaselines(1.5)
+
+
+def test_spy_caught_needs_strictly_the_most_valid_votes():
+  assert mechanics.spy_caught([2, 2, 1, 3, 4], spy=2, num_players=4)  # plurality, no majority
+  assert not mechanics.spy_caught([2, 2, 1, 1, 3], spy=2, num_players=4)  # a tie for the most
+  assert not mechanics.spy_caught([1, 1, 2], spy=2, num_players=4)
+  assert not mechanics.spy_caught([NA, None, 9], spy=1, num_players=4)  # no valid vote
+  assert mechanics.spy_caught([4, NA, None, 7], spy=4, num_players=4)  # invalid votes count for none
