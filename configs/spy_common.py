@@ -5,8 +5,9 @@ Variants (comma-separated, e.g. `configs/spy_summ.py:cpu,sequential`):
   cpu         the embedded default: SmolLM2-135M-Instruct, bundled corpus, small games;
               summarisation plays the "facts" task (short generated fact sheets)
   cpu_long    `cpu` run longer, with more held-out games
-  detectors   with cpu: the detectors alone learn the played game, 48 decision steps of one
-              game and 256 rotated votes (the recipe of docs/results.md, ~30 min)
+  detectors   with cpu: the detectors alone learn the played game, one game a step and
+              256 rotated votes; 24 decision steps (~11 min, the README's main job), with
+              cpu_long 48 at half the learning rate (docs/results.md, ~30 min)
   reports     with cpu: summarisation of the bundled ~80-word reports instead of fact sheets
   smoke       tiny random Qwen3 with the real Qwen3 tokenizer; seconds (tests)
   sequential  the two-player sequential game
@@ -84,6 +85,7 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   if "detectors" in variants and not {"cpu", "smoke"} & set(variants):
     raise ValueError("`detectors` sizes a CPU run: use it with cpu, e.g. "
                      "configs/spy_summ.py:cpu,detectors")
+  long_run = "cpu_long" in variants
   if "cpu" in variants:
     # Sized for minutes on 2 CPU cores: the update over the prompts (rules, document,
     # every player's output) dominates a step, so documents are short (docs/results.md).
@@ -126,7 +128,8 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   if "detectors" in variants:
     # The played game whose detectors learn (docs/results.md, "The played game teaches"):
     # the players stay untrained, so this measures whether the game's reward teaches the vote.
-    c.steps = 48
+    # 24 steps at 6e-5 fit the main job's ~ten minutes; 48 at 3e-5 (cpu_long) learnt more.
+    c.steps = 48 if long_run else 24
     c.spy.training_phase = "decision"
     c.spy.games_per_step = 1
     # 256 votes on one game's 4 rotated prompts: a position preference earns chance in every
@@ -139,8 +142,8 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     # Players write at 0.7 (their summaries carry the sheet), votes draw at 1.0: at 0.7 one
     # number took every vote within a few steps.
     c.spy.detector_temperature = 1.0
-    c.grpo.lr = 3e-5
-    c.grpo.warmup_steps = 12
+    c.grpo.lr = 3e-5 if long_run else 6e-5
+    c.grpo.warmup_steps = 12 if long_run else 4
     # Without the KL to the initial weights the vote drifted onto one number in 1-11 steps
     # at every votes count and warmup tried; at 0.2 it learnt instead.
     c.grpo.kl_coef = 0.2
@@ -150,7 +153,7 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     # 16 games x 256 votes: a standard error of ~0.01-0.02 on the before/after accuracy.
     c.heldout.size = 16
     c.heldout.per_call = 16
-    c.checkpoint.every = 8
+    c.checkpoint.every = 8 if long_run else 4
   if "smoke" in variants:
     run_locally(c, "random:tiny", tokenizer="qwen3")
     c.data.source = "bundled"

@@ -107,14 +107,20 @@ PLAYED_RECIPE = (
     "heldout.per_call=16")
 
 
-def test_the_detectors_variant_is_the_recipe_the_results_were_made_with():
-  recipe = parse("configs/spy_summ.py:cpu", *(f"--config.{s}" for s in PLAYED_RECIPE))
-  variant = parse("configs/spy_summ.py:cpu,detectors")
+@pytest.mark.parametrize("variants,changed,every", [
+    ("cpu_long,detectors", (), 8),
+    # The main job: the first half of it at twice the learning rate (results.md's 24-step row).
+    ("cpu,detectors", ("steps=24", "grpo.lr=6e-5", "grpo.warmup_steps=4"), 4)])
+def test_the_detectors_variant_is_the_recipe_the_results_were_made_with(variants, changed,
+                                                                        every):
+  recipe = parse("configs/spy_summ.py:cpu",
+                 *(f"--config.{s}" for s in PLAYED_RECIPE + changed))
+  variant = parse(f"configs/spy_summ.py:{variants}")
   assert game_config(variant) == game_config(recipe)
   differ = {k for k in ("steps", "grpo", "sampling", "heldout", "model", "data", "seed")
             if variant[k] != recipe[k]}
   assert not differ, differ
-  assert variant.checkpoint.every == 8
+  assert variant.checkpoint.every == every
 
 
 def test_the_detectors_variant_needs_a_cpu_run():
