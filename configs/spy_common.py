@@ -128,7 +128,8 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   if "detectors" in variants:
     # The played game whose detectors learn (docs/results.md, "The played game teaches"):
     # the players stay untrained, so this measures whether the game's reward teaches the vote.
-    # 24 steps at 6e-5 fit the main job's ~ten minutes; 48 at 3e-5 (cpu_long) learnt more.
+    # 24 steps at 6e-5 fit the main job's ~ten minutes; 48 at 3e-5 (cpu_long) reached the
+    # same held-out mean over 3 seeds and moved the players less (docs/results.md).
     c.steps = 48 if long_run else 24
     c.spy.training_phase = "decision"
     c.spy.games_per_step = 1

@@ -326,9 +326,9 @@ class SpyGame:
            **heldout.with_se("abstain_rate", abstain),
            **heldout.with_se("vote_share_spy", spy_share),
            **heldout.with_se("vote_share_civilian", civ_share),
-           **heldout.with_se("caught", caught),
            "chance_detect_acc": 1.0 / n}
-    if games and self.config.variant != "no_spy":
+    if games and self.config.variant != "no_spy":  # Its "spy" is the most voted by rule.
+      out.update(heldout.with_se("caught", caught))
       per_game = [scripted.game_accuracies(g.reference, _player_texts(g, n), g.spy) for g in games]
       for name in per_game[0]:
         out.update(heldout.with_se(f"ceiling/{name}", [a[name] for a in per_game]))

@@ -463,13 +463,14 @@ def test_evaluate_reports_the_ceiling_the_recall_and_the_plain_task():
   assert calls == [16, 8, 16, 8, 16, 16]
 
 
-def test_the_no_spy_variant_reports_no_ceiling():
+def test_the_no_spy_variant_reports_no_ceiling_and_no_verdict():
   config = SpyGameConfig.for_task("facts", "no_spy", rollout_n=2, constrained_vote=True,
                                   answer_prefill=True)
   tokenizer = ByteTokenizer()
   got = SpyGame(config, tokenizer).evaluate(bundled_corpus("facts")[:2],
                                             _copying_policy(tokenizer), np.random.default_rng(0))
   assert not any(k.startswith("ceiling/") for k in got) and got["plain_recall"] == 1.0
+  assert "caught" not in got  # its spy is the most-voted player by rule
 
 
 def test_rotated_detectors_read_every_order_and_their_votes_map_back():
