@@ -129,3 +129,13 @@ def test_the_detectors_variant_needs_a_cpu_run():
     spy_summ.get_config("detectors")
   smoke = spy_summ.get_config("smoke,detectors")  # the docs commands' smoke form
   assert game_config(smoke).rollout_n == 2 and not game_config(smoke).vote_abstain
+
+
+def test_the_main_job_is_the_detectors_recipe_the_readme_describes():
+  with open(os.path.join(REPO, "scripts", "train.sh")) as f:
+    spec = next(a for a in f.read().split() if a.startswith("--config="))[len("--config="):]
+  c = parse(spec)
+  game = game_config(c)
+  assert (game.task, game.training_phase, game.rollout_n, game.detector_orders) == (
+      "facts", "decision", 256, "rotated")
+  assert (c.steps, c.heldout.size, c.model.source) == (24, 16, "smollm2")
