@@ -50,11 +50,13 @@ The smoke form, rule by rule (first match wins; RULES in tests/doc_commands.py):
   setup, the job and the trainer command and runs none: these need GPUs, Slurm
   or a TPU pod); the printed trainer command must name the documented config.
 - `python bench/<script>.py ...`: scripts listed in BENCH only, each with the
-  flags that size it cut down or dropped, or its own smoke flag added (`--smoke`) (BENCH says which; a dropped `--set`
-  leaves the smoke config's value, whose programs the suite has compiled already:
-  read from the compilation cache, not compiled again), the `--config` rule above (on
-  the script's default config when the command names none), and the flags naming
-  what it writes (`--workdir`, `--json`) into tmp. A bench script not in BENCH fails.
+  flags that size it set to smoke values (added where the command leaves them to the
+  script's full-size defaults: one seed, one step, two held-out games) or dropped, or
+  its own smoke flag added (`--smoke`) (BENCH says which; a dropped `--set` leaves the
+  smoke config's value, whose programs the suite has compiled already: read from the
+  compilation cache, not compiled again), the `--config` rule above (on the script's
+  default config when the command names none), and the flags naming what it writes
+  (`--workdir`, `--json`) into tmp. A bench script not in BENCH fails.
 - Anything else fails with "no smoke-form rule".
 
 Chains: a command that names a relative path an earlier command of its page
@@ -62,6 +64,9 @@ writes (a train's `--workdir`, an export's `--out`) runs after it, in the same
 clone: a resumed run, an export of that run, a `python -c` loading the export.
 Each command is still its own test id (`<page>:<line>`); a chain runs once per
 xdist worker, its commands in page order, and a test reports its own command.
+
+Commands whose smoke forms are the same (recipes that differ only in seeds or steps)
+and that belong to no chain run once per xdist worker; each keeps its own test id.
 
 Time: each command is a fresh process (python, jax and transformers start, then
 compiles, most from the persistent compilation cache the suite shares), so the
@@ -173,8 +178,16 @@ def test_smoke_forms_follow_the_rules():
   bench = smoke_form(split("python bench/learning_spy.py --seeds 0,1 --set steps=20 "
                            "--set spy.rollout_n=8 --set grpo.lr=3e-5")[1])
   assert bench.argv == ["python", "bench/learning_spy.py", "--seeds=0", "--set", "steps=1",
-                        "--set", "grpo.lr=3e-5", "--config=configs/spy_summ.py:smoke",
+                        "--set", "grpo.lr=3e-5", "--set", "heldout.size=2",
+                        "--config=configs/spy_summ.py:smoke",
                         f"--workdir={TMP}/workdir", f"--json={TMP}/json"]
+  # Sizes a command leaves to the script's defaults (three seeds, the config's steps and
+  # held-out games) are set too: a bare command is the full-size run.
+  bare = smoke_form(split("python bench/learning_spy.py --config configs/spy_summ.py:cpu,"
+                          "detectors --json docs/x.json")[1])
+  assert bare.argv == ["python", "bench/learning_spy.py", "--config=configs/spy_summ.py:detectors,"
+                       "smoke", "--seeds=0", "--set", "steps=1", "--set", "heldout.size=2",
+                       f"--workdir={TMP}/workdir", f"--json={TMP}/json"]
   assert smoke_form(["bash", "scripts/test.sh"]).skip
   for unknown in (["tensorboard", "--logdir", "runs"], ["python", "bench/new_bench.py"]):
     with pytest.raises(ValueError):
@@ -210,3 +223,14 @@ def test_a_broken_documented_command_fails(user_clone, tmp_path):
   broken_p = dataclasses.replace(p, chain=-1)
   why = run_planned(broken_p, [broken_p], user_clone, str(tmp_path))
   assert "exited" in why and "rlvr_maths" in why
+
+
+def test_a_smoke_form_two_commands_share_runs_once(user_clone, tmp_path):
+  """Commands whose smoke forms are the same (they differ only in seeds or steps) run one
+  process; a different form, or a command of a chain, runs its own."""
+  log = tmp_path / "runs.log"
+  once = f"python -c \"open('{log}', 'a').write('x')\""
+  other = f"python -c \"open('{log}', 'a').write('y')\""
+  planned = plan_page(commands_in("forms.md", f"```bash\n{once}\n{once}\n{other}\n```\n"))
+  assert [run_planned(p, planned, user_clone, str(tmp_path)) for p in planned] == ["", "", ""]
+  assert log.read_text() == "xy"
