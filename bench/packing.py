@@ -5,6 +5,8 @@
       --set reward_fn.prompts_per_step=8 --set reward_fn.num_generations=8
   python bench/packing.py --config configs/rlvr_math.py:smoke --pack-tokens 128 --steps 1
                                              # seconds (tests)
+  python bench/packing.py --config configs/spy_summ.py:cpu,detectors --set spy.joint=True \
+      --layouts "packed 1024 + shared" --pack-tokens 1024   # votes and clues in one batch
 
 For each config (default: `configs/rlvr_math.py:cpu` on the shared GSM8K test split,
 and `configs/spy_summ.py:cpu`'s clue step 2 and decision step 1), plays `--step`
@@ -16,7 +18,9 @@ packed with shared prompts. Each layout's `train_step` starts from the same stat
 the time is the median of `--steps` steps after the first (which compiles, timed
 apart). "slots/token" is the token positions the forward computes per token the rows
 hold (every row's prompt and completion): above 1 is padding, below 1 prompts run
-once for several rows. The update is the same in every layout
+once for several rows; "unembedded" the positions the vocabulary-wide unembedding
+computes ("x first": the time against the first layout measured, whole rows unless
+`--layouts` names others). The update is the same in every layout
 (tests/rl/test_packing.py): the printed pg_loss agrees. `--json` writes the rows.
 """
 from __future__ import annotations
@@ -37,12 +41,26 @@ DEFAULT_CASES = (("configs/rlvr_math.py:cpu", ("data.source=gsm8k",), 1),
                  ("configs/spy_summ.py:cpu", (), 1))
 
 
-def layouts(pack_tokens: list[int]) -> list[tuple[str, bool, int]]:
-  """(name, share_prompts, pack_tokens) of every layout measured."""
+def layouts(pack_tokens: list[int], only: str = "") -> list[tuple[str, bool, int]]:
+  """(name, share_prompts, pack_tokens) of every layout measured: all, or those `only`
+  names (comma-separated)."""
   out = [("whole rows", False, 0), ("shared prompts", True, 0)]
   for n in pack_tokens:
     out += [(f"packed {n}", False, n), (f"packed {n} + shared", True, n)]
-  return out
+  names = [n.strip() for n in only.split(",") if n.strip()]
+  unknown = set(names) - {name for name, _, _ in out}
+  if unknown:
+    raise SystemExit(f"--layouts: no layout {sorted(unknown)}; these are "
+                     f"{[name for name, _, _ in out]}")
+  return [x for x in out if not names or x[0] in names]
+
+
+def unembedded(batch) -> int:
+  """Positions the update's unembedding (a vocabulary-wide matmul each) computes."""
+  if "score_token_S" in batch:
+    return batch["score_token_S"].size
+  b, c = batch["loss_mask_BxC"].shape
+  return b * (c + 1)  # Each row's window: its prompt's last position and C columns.
 
 
 def play_step(c, step: int):
@@ -76,7 +94,8 @@ def play_step(c, step: int):
   return model_config, state, played.rows, tokenizer.pad_token_id or 0, grpo
 
 
-def measure(name: str, c, step: int, pack_tokens: list[int], steps: int) -> list[dict]:
+def measure(name: str, c, step: int, pack_tokens: list[int], steps: int,
+            only: str = "") -> list[dict]:
   import dataclasses  # noqa: PLC0415
 
   import jax  # noqa: PLC0415
@@ -99,7 +118,7 @@ def measure(name: str, c, step: int, pack_tokens: list[int], steps: int) -> list
   del state
   multiple = grpo.updates_per_batch * (c.grpo.micro_batch_size or 1)
   out = []
-  for layout, share, pack in layouts(pack_tokens):
+  for layout, share, pack in layouts(pack_tokens, only):
     batch = batching.build_batch(rows, grpo, pad_id=pad_id, batch_multiple=multiple,
                                  share_prompts=share, pack_tokens=pack)
     state = init_train_state(model_config, dataclasses.replace(grpo), params)
@@ -116,19 +135,20 @@ def measure(name: str, c, step: int, pack_tokens: list[int], steps: int) -> list
     step_s = statistics.median(times)
     shapes = {k: v.shape for k, v in batch.items() if k.endswith(("NxL", "BxT", "UxP", "BxC"))}
     row = {"config": name, "layout": layout, "slots": batching.forward_slots(batch),
-           "row_tokens": row_tokens, "update_s": step_s, "first_s": compile_s,
+           "unembedded": unembedded(batch), "row_tokens": row_tokens, "update_s": step_s, "first_s": compile_s,
            "tokens_per_s": row_tokens / step_s, "pg_loss": float(metrics["actor/pg_loss"]),
            "shapes": {k: list(v) for k, v in shapes.items()}}
     row["slots_per_token"] = row["slots"] / row_tokens
     out.append(row)
-    print(f"  {layout:<22} slots/token {row['slots_per_token']:5.2f}  update {step_s:7.2f} s "
+    print(f"  {layout:<22} slots/token {row['slots_per_token']:5.2f}  unembedded "
+          f"{row['unembedded']:6d}  update {step_s:7.2f} s "
           f"({row_tokens / step_s:7.0f} tok/s)  first {compile_s:6.1f} s  pg_loss "
           f"{row['pg_loss']:+.6f}  {' '.join(f'{k}={tuple(v)}' for k, v in shapes.items())}",
           flush=True)
     del state
   base = out[0]["update_s"]
   for row in out:
-    row["time_vs_whole_rows"] = row["update_s"] / base
+    row["time_vs_first"] = row["update_s"] / base
   return out
 
 
@@ -139,6 +159,8 @@ def main():
   parser.add_argument("--set", action="append", default=[], help="KEY=VALUE on every config")
   parser.add_argument("--pack-tokens", default="512,1024",
                       help="comma-separated buffer sizes to measure")
+  parser.add_argument("--layouts", default="",
+                      help="comma-separated layout names to measure (default: all)")
   parser.add_argument("--step", type=int, default=1, help="the step played (with --config)")
   parser.add_argument("--steps", type=int, default=3, help="timed updates per layout")
   parser.add_argument("--json", default="", help="write the rows here")
@@ -153,12 +175,12 @@ def main():
   for spec, own, step in cases:
     c = load_config(spec, (*own, *flags.set))
     rows += measure(" ".join([spec, *own, *flags.set, f"step {step}"]), c, step, pack_tokens,
-                    flags.steps)
-  print(f"\n{'config':<52} {'layout':<22} {'slots/token':>11} {'update s':>9} "
-        f"{'x whole rows':>12}")
+                    flags.steps, flags.layouts)
+  print(f"\n{'config':<52} {'layout':<22} {'slots/token':>11} {'unembedded':>10} "
+        f"{'update s':>9} {'x first':>8}")
   for r in rows:
     print(f"{r['config'][:52]:<52} {r['layout']:<22} {r['slots_per_token']:>11.2f} "
-          f"{r['update_s']:>9.2f} {r['time_vs_whole_rows']:>12.2f}")
+          f"{r['unembedded']:>10d} {r['update_s']:>9.2f} {r['time_vs_first']:>8.2f}")
   print(f"load average: {os.getloadavg()}")
   if flags.json:
     with open(flags.json, "w", encoding="utf-8") as f:

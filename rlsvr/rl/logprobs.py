@@ -163,17 +163,51 @@ def shared_prompt_logprobs(config: ModelConfig, params, prompt_tokens_UxP, promp
 
 
 def packed_logprobs(config: ModelConfig, params, tokens_NxL, positions_NxL, segment_NxL,
-                    branch_NxL, row_window_BxW, *, temperature: float = 1.0,
-                    chunk: int | None = None, remat: bool = False, allowed_BxCxK=None):
-  """(logp_BxC, entropy_BxC) of completions packed into buffers (`rlsvr.rl.packing`): what
-  `token_logprobs(..., completion_len=C)` gives for the rows laid out whole."""
+                    branch_NxL, score_hidden_S, score_token_S, score_row_S, score_col_S, *,
+                    rows: int, cols: int, temperature: float = 1.0, chunk: int | None = None,
+                    remat: bool = False, allowed_BxCxK=None):
+  """(logp_BxC, entropy_BxC), B x C = `rows` x `cols`, of completions packed into buffers
+  (`rlsvr.rl.packing`): what `token_logprobs(..., completion_len=C)` gives for the rows
+  laid out whole, 0 beyond each row's tokens."""
   hidden_NxLxD, _ = qwen3.forward(config, params, tokens_NxL, positions_NxL, segment_NxL != 0,
                                   remat=remat, segments=Segments(segment_NxL, branch_NxL))
-  # Each row's scoring window, gathered from the buffers: the unembedding (the largest
-  # activation) then runs over completion positions only, as in the padded layouts.
-  hidden_BxWxD = hidden_NxLxD.reshape(-1, hidden_NxLxD.shape[-1])[row_window_BxW]
-  tokens_BxW = tokens_NxL.reshape(-1)[row_window_BxW]
-  logp, entropy = logprobs_from_hidden(config, params, hidden_BxWxD, tokens_BxW,
-                                       temperature=temperature, chunk=chunk,
-                                       allowed_BxTxK=_window(allowed_BxCxK))
-  return logp[:, 1:], entropy[:, 1:]
+  # Only the completion tokens are unembedded (the largest activation), however unequal
+  # the rows' lengths: each is scored from the hidden state before it, in its buffer.
+  hidden_SxD = hidden_NxLxD.reshape(-1, hidden_NxLxD.shape[-1])[score_hidden_S]
+  row_S = jnp.minimum(score_row_S, rows - 1)  # Padding entries: any row, dropped below.
+  temperature_S = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (rows,))[row_S]
+  allowed_SxK = None if allowed_BxCxK is None else allowed_BxCxK[row_S, score_col_S]
+  # `chunk` counts sequence positions per row elsewhere: the same logits memory here.
+  logp_S, entropy_S = _scattered_stats(config, params, hidden_SxD, score_token_S, temperature_S,
+                                       allowed_SxK, chunk=chunk and chunk * rows)
+
+  def to_rows(x_S):
+    return jnp.zeros((rows, cols), x_S.dtype).at[score_row_S, score_col_S].set(x_S, mode="drop")
+
+  return to_rows(logp_S), to_rows(entropy_S)
+
+
+def _scattered_stats(config: ModelConfig, params, hidden_SxD, targets_S, temperature_S,
+                     allowed_SxK=None, *, chunk: int | None = None):
+  """(logp_S, entropy_S) of each target token from the hidden state that predicts it, at
+  its own temperature, chunked as `logprobs_from_hidden`."""
+  s, d = hidden_SxD.shape
+  chunk = min(chunk or chunk_len(1, s, config.vocab_size), s)
+  n_chunks = -(-s // chunk)
+  pad = n_chunks * chunk - s
+
+  def chunked(x_S, fill=0):  # [n_chunks, chunk, 1, ...]: a chunk's positions are its rows.
+    x_S = jnp.pad(x_S, ((0, pad), *[(0, 0)] * (x_S.ndim - 1)), constant_values=fill)
+    return x_S.reshape(n_chunks, chunk, 1, *x_S.shape[1:])
+
+  xs = (chunked(hidden_SxD), chunked(targets_S), chunked(temperature_S, fill=1)[:, :, 0])
+  if allowed_SxK is not None:
+    xs += (chunked(allowed_SxK, fill=-1),)
+
+  def body(_, xs):
+    return None, _next_token_stats(config, params, *xs)
+
+  if n_chunks > 1:
+    body = jax.checkpoint(body)  # As in `logprobs_from_hidden`: one chunk's logits at a time.
+  _, (logp_Nx1, entropy_Nx1) = jax.lax.scan(body, None, xs)
+  return logp_Nx1.reshape(-1)[:s], entropy_Nx1.reshape(-1)[:s]

@@ -10,14 +10,21 @@ inside a segment, and a completion sees its prompt and itself only
   packed_positions_NxL  [0  .. k  k+1 ..    k+1 ..    | 0  .. m  m+1 ..    | 0   ..]
   packed_segment_NxL    [1  .. 1  1   ..    1   ..    | 2  .. 2  2   ..    | 0   ..]
   packed_branch_NxL     [0  .. 0  1   .. 1  2   .. 2  | 0  .. 0  1   .. 1  | 0   ..]
-  row_window_BxW        row b's W = C + 1 scoring positions, as flat indices n * L + l
-                        into its part's buffers: its prompt's last token, then its
-                        completion's tokens (the last one repeated over the padding)
+  score_hidden_S        one entry per completion token of every row, S in all: the flat
+                        index n * L + l, into its part's buffers, of the hidden state
+                        that predicts it (its prompt's last token for the first)
+  score_token_S         that completion token
+  score_row_S, score_col_S  where its logprob goes in the B x C arrays (row within its
+                        part; padding entries name row B / parts, past the last)
   loss_mask_BxC, sampler_logp_BxC, advantages_B, temperature_B (and allowed_BxCxK)
                         as in the padded layouts
 
 So the per-row arrays of the loss keep their shapes and meaning: the update
-(`train_step`) differs only in how the forward reaches each row's hidden states.
+(`train_step`) differs only in how the forward reaches each row's hidden states. The
+unembedding (a vocabulary-wide matmul per scored position) runs over the S real
+completion tokens, not over B x C: rows of very different lengths, such as the spy
+game's 2-token votes beside 40-token clues in one batch, would otherwise all be scored
+over the longest one's columns (bench/packing.py).
 Rows go to the update's parts (updates x micro-batches) as in the shared-prompt
 layout (`batch.rows_of_parts`), and each part packs its own rows into its own
 buffers (buffer j of part m is buffer j * parts + m, row i of part m is row
@@ -26,8 +33,10 @@ padded layout gives it.
 
 Shapes come from buckets, so a run compiles few programs: L is the length bucket, from
 the longest row's up to `pack_tokens`' (further only when a row is longer), that
-computes the fewest token slots, N a row bucket (1, 2, 3, 4, 6, 8, ...) per part, B
-and C as in the padded layouts.
+computes the fewest token slots, N a row bucket (1, 2, 3, 4, 6, 8, ...) per part, S per
+part the power of two at or above its most completion tokens, capped at its rows' B x C,
+B and C as in the padded layouts.
+Entry s of part m's scored positions is entry s * parts + m, as its rows and buffers.
 
 Attention costs L per token in every buffer, where a padded row costs its own length:
 on a mesh the gather of each row's window reads every data shard, so `rlsvr.train`
@@ -139,8 +148,8 @@ def packed_layout(rows_of_part: dict[int, list], c: int, b: int, pad_id: int, pa
   positions = np.zeros((n, length), np.int32)
   segment_ids = np.zeros((n, length), np.int32)
   branches = np.zeros((n, length), np.int32)
-  window = np.zeros((b, c + 1), np.int32)
   per_row = loss_rows(b, c, allowed)
+  scored = {part: [] for part in buffers_of_part}  # part -> [(hidden, token, row, col)]
   for part, buffers in buffers_of_part.items():
     for j, buffer in enumerate(buffers):
       row = j * n_parts + part
@@ -159,12 +168,23 @@ def packed_layout(rows_of_part: dict[int, list], c: int, b: int, pad_id: int, pa
           positions[row, at:at + n_c] = n_p + np.arange(n_c)
           segment_ids[row, at:at + n_c] = s
           branches[row, at:at + n_c] = k
-          r = i * n_parts + part
-          window[r, 0] = last_prompt
-          window[r, 1:1 + n_c] = j * length + at + np.arange(n_c)
-          window[r, 1 + n_c:] = window[r, n_c]  # Padding columns: masked by the loss.
-          put_loss_row(per_row, r, t, a)
+          # Hidden state k - 1 of the row predicts completion token k (k = 0: the prompt's).
+          hidden = [last_prompt, *(j * length + at + np.arange(n_c - 1))]
+          scored[part] += zip(hidden, t.completion_ids, [i] * n_c, range(n_c))
+          put_loss_row(per_row, i * n_parts + part, t, a)
           at += n_c
+  # S: a power of two, so that steps of one run differ in few S; at most B x C per part,
+  # which the rows' shapes fix, where the completions fill most of their columns.
+  most = max(1, max(len(x) for x in scored.values()))
+  s = min(1 << (most - 1).bit_length(), b // n_parts * c)
+  # Padding entries score hidden state 0 and land past the last row: dropped.
+  score = np.zeros((4, s, n_parts), np.int32)
+  score[2] = b // n_parts
+  for part, entries in scored.items():
+    if entries:
+      score[:, :len(entries), part] = np.asarray(entries, np.int32).T
+  hidden_S, token_S, row_S, col_S = score.reshape(4, s * n_parts)
   return {"packed_tokens_NxL": tokens, "packed_positions_NxL": positions,
           "packed_segment_NxL": segment_ids, "packed_branch_NxL": branches,
-          "row_window_BxW": window, **per_row}
+          "score_hidden_S": hidden_S, "score_token_S": token_S, "score_row_S": row_S,
+          "score_col_S": col_S, **per_row}

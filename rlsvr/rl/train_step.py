@@ -55,8 +55,8 @@ tokens_BxT and attention_mask_BxT, a batch may give each distinct prompt once
 (`build_batch(share_prompts=True)`: prompt_tokens_UxP, prompt_mask_UxP,
 prompt_index_B, completion_tokens_BxC, completion_mask_BxC), or its rows packed end
 to end without padding (`build_batch(pack_tokens=N)`: packed_tokens_NxL,
-packed_positions_NxL, packed_segment_NxL, packed_branch_NxL, row_window_BxW); the
-update is the same.
+packed_positions_NxL, packed_segment_NxL, packed_branch_NxL, score_hidden_S,
+score_token_S, score_row_S, score_col_S); the update is the same.
 
 Micro-batching: each (mini-)batch is split into `rows / micro_batch_size`
 micro-batches (row i goes to micro-batch i mod n, which keeps every micro-batch
@@ -220,7 +220,8 @@ _WHOLE_ROWS = ("tokens_BxT", "attention_mask_BxT")
 _SHARED_PROMPTS = ("prompt_tokens_UxP", "prompt_mask_UxP", "prompt_index_B",
                    "completion_tokens_BxC", "completion_mask_BxC")
 _PACKED = ("packed_tokens_NxL", "packed_positions_NxL", "packed_segment_NxL",
-           "packed_branch_NxL", "row_window_BxW")
+           "packed_branch_NxL", "score_hidden_S", "score_token_S", "score_row_S",
+           "score_col_S")
 
 
 def _logprobs(state: TrainState, weights, batch):
@@ -236,7 +237,9 @@ def _logprobs(state: TrainState, weights, batch):
     return shared_prompt_logprobs(state.model_config, weights,
                                   *(batch[k] for k in _SHARED_PROMPTS), **kw)
   if "packed_tokens_NxL" in batch:
-    return packed_logprobs(state.model_config, weights, *(batch[k] for k in _PACKED), **kw)
+    rows, cols = batch["loss_mask_BxC"].shape
+    return packed_logprobs(state.model_config, weights, *(batch[k] for k in _PACKED),
+                           rows=rows, cols=cols, **kw)
   return token_logprobs(state.model_config, weights, batch["tokens_BxT"],
                         batch["attention_mask_BxT"],
                         completion_len=batch["loss_mask_BxC"].shape[-1], **kw)

@@ -17,23 +17,36 @@ from tests.rl.test_shared_prompts import BASE, assert_same_update, played_rows, 
 from tests.rl.tiny import CONFIG, random_params
 
 PACKED = ("packed_tokens_NxL", "packed_positions_NxL", "packed_segment_NxL",
-          "packed_branch_NxL", "row_window_BxW")
+          "packed_branch_NxL", "score_hidden_S", "score_token_S", "score_row_S", "score_col_S")
 
 
 def packed_rows_of(batch, parts):
-  """`rows_of` for a packed batch, reading each row as the step does: its window indexes
-  its part's buffers (buffer j of part m is buffer j * parts + m)."""
+  """`rows_of` for a packed batch, reading each row as the step does: its scored entries
+  (entry s of part m is entry s * parts + m) index its part's buffers (buffer j of part m
+  is buffer j * parts + m) at the hidden states that predict its tokens."""
   n, length = batch["packed_tokens_NxL"].shape
+  tokens = batch["packed_tokens_NxL"]
   out = []
   for i, mask in enumerate(batch["loss_mask_BxC"]):
     part, n_c = i % parts, int(mask.sum())
     flat = lambda f: (f // length * parts + part, f % length)  # noqa: B023
-    buffer, last = flat(batch["row_window_BxW"][i, 0])
-    n_p = batch["packed_positions_NxL"][buffer, last] + 1
-    prompt = batch["packed_tokens_NxL"][buffer, last - n_p + 1:last + 1]
-    assert (batch["packed_branch_NxL"][buffer, last - n_p + 1:last + 1] == 0).all()
-    completion = [batch["packed_tokens_NxL"][flat(f)] for f in batch["row_window_BxW"][i, 1:]]
-    out.append((part, tuple(prompt.tolist()), tuple(int(t) for t in completion[:n_c]),
+    entries = [k for k in range(part, len(batch["score_row_S"]), parts)
+               if batch["score_row_S"][k] == i // parts]
+    entries.sort(key=lambda k: batch["score_col_S"][k])
+    assert [batch["score_col_S"][k] for k in entries] == list(range(n_c))
+    hidden = [flat(batch["score_hidden_S"][k]) for k in entries]
+    completion = [batch["score_token_S"][k] for k in entries]
+    if n_c:
+      buffer, last = hidden[0]
+      n_p = batch["packed_positions_NxL"][buffer, last] + 1
+      prompt = tokens[buffer, last - n_p + 1:last + 1]
+      assert (batch["packed_branch_NxL"][buffer, last - n_p + 1:last + 1] == 0).all()
+      # Each later token is scored from the one before it, which sits just before it.
+      assert [tokens[b, l] for b, l in hidden[1:]] == completion[:-1]
+      assert [tokens[b, l + 1] for b, l in hidden[1:]] == completion[1:]
+    else:
+      prompt = np.zeros(0, np.int32)
+    out.append((part, tuple(prompt.tolist()), tuple(int(t) for t in completion),
                 tuple(np.round(batch["sampler_logp_BxC"][i, :n_c], 6)),
                 float(batch["advantages_B"][i]), float(batch["temperature_B"][i]),
                 batch["allowed_BxCxK"][i, :n_c].tobytes()))
@@ -78,7 +91,8 @@ def test_packed_logprobs_match_whole_rows(params, share):
   logp, entropy = jax.jit(functools.partial(token_logprobs, CONFIG, completion_len=c))(
       params, plain["tokens_BxT"], plain["attention_mask_BxT"],
       temperature=plain["temperature_B"], allowed_BxCxK=plain["allowed_BxCxK"])
-  logp_p, entropy_p = jax.jit(functools.partial(packed_logprobs, CONFIG))(
+  logp_p, entropy_p = jax.jit(functools.partial(packed_logprobs, CONFIG,
+                                    rows=packed["loss_mask_BxC"].shape[0], cols=c))(
       params, *(packed[k] for k in PACKED), temperature=packed["temperature_B"],
       allowed_BxCxK=packed["allowed_BxCxK"])
   by_row = {r[1:4]: i for i, r in enumerate(rows_of(plain, 1)) if r[2]}
@@ -94,6 +108,38 @@ def test_packed_logprobs_match_whole_rows(params, share):
     np.testing.assert_allclose(entropy_p[j, :n_c], entropy[i, :n_c], atol=2e-5, rtol=0)
     checked += 1
   assert checked == len(by_row)
+
+
+def test_rows_of_unequal_lengths_score_their_own_tokens_only(params):
+  """32 two-token votes beside one 40-token clue (a joint spy step): the packed batch
+  unembeds 128 positions for the 104 tokens, where the whole-row layout scores all 33
+  rows over the clue's 64 columns; the logprobs are still the whole rows'."""
+  rng = np.random.default_rng(0)
+  prompt = rng.integers(1, 97, 20).tolist()
+  rows = [Trajectory(prompt_ids=prompt, completion_ids=[5 + k % 4, 2], logprobs=[-1.0, -1.0],
+                     reward=float(k % 2), group_id=0, role="detector",
+                     allowed_ids=[[5, 6, 7, 8], [2]]) for k in range(32)]
+  rows.append(Trajectory(prompt_ids=prompt[:7], completion_ids=rng.integers(1, 97, 40).tolist(),
+                         logprobs=[-2.0] * 40, reward=1.0, group_id=1, role="player"))
+  advantages = [1.0] * len(rows)
+  plain = build_batch(rows, advantages=advantages, min_bucket=8)
+  packed = build_batch(rows, advantages=advantages, min_bucket=8, share_prompts=True,
+                       pack_tokens=128)
+  b, c = packed["loss_mask_BxC"].shape
+  assert (b, c) == plain["loss_mask_BxC"].shape and b * c >= 33 * 64
+  assert packed["score_row_S"].size == 128
+  logp, entropy = jax.jit(functools.partial(token_logprobs, CONFIG, completion_len=c))(
+      params, plain["tokens_BxT"], plain["attention_mask_BxT"],
+      allowed_BxCxK=plain["allowed_BxCxK"])
+  logp_p, entropy_p = jax.jit(functools.partial(packed_logprobs, CONFIG, rows=b, cols=c))(
+      params, *(packed[k] for k in PACKED), allowed_BxCxK=packed["allowed_BxCxK"])
+  mask = plain["loss_mask_BxC"] > 0
+  order = [sorted(range(b), key=lambda i: read[i][1:3])
+           for read in (rows_of(plain, 1), packed_rows_of(packed, 1))]
+  for got, want in ((logp_p, logp), (entropy_p, entropy)):
+    got, want = np.asarray(got)[order[1]], np.asarray(want)[order[0]]
+    np.testing.assert_allclose(got[mask[order[0]]], want[mask[order[0]]], atol=2e-5, rtol=0)
+    assert not got[~mask[order[0]]].any()
 
 
 def test_segments_see_only_themselves_blocked_or_not():
@@ -141,13 +187,14 @@ def test_the_update_is_the_same_packed(params, updates, micro, share, mesh_shape
 
 
 def test_packed_shapes_come_from_few_buckets_and_compile_once_each(params):
-  """Twelve steps of ragged GRPO rows: a handful of shapes, one compile per shape."""
+  """Twelve steps of ragged GRPO rows: a handful of shapes, one compile per shape. (N, L)
+  take 4 values here, the scored-token count S splits two of them."""
   cfg = dataclasses.replace(BASE, kl_coef=0.0, micro_batch_size=8)
   batches = [build_batch(played_rows(seed=s, groups=3 + s % 2), cfg, min_bucket=8,
                          batch_multiple=8, share_prompts=True, pack_tokens=128)
              for s in range(12)]
   shapes = [tuple(sorted((k, v.shape) for k, v in b.items())) for b in batches]
-  assert len(set(shapes)) <= 4, sorted(set(shapes))
+  assert len(set(shapes)) <= 6, sorted(set(shapes))
   state = init_train_state(CONFIG, cfg, params)
   before = train_step._cache_size()
   first = {}
