@@ -43,6 +43,7 @@ class Bench:
 BENCH = {  # Flags not named here stay as written.
     # The learning part only: tests/test_bench_accelerator.py runs the others in-process.
     "bench/accelerator_check.py": Bench(None, {}, ("--json",), extra=("--smoke", "--parts=learn")),
+    "bench/packing.py": Bench("configs/spy_summ.py:cpu", {"--steps": "1"}, ("--json",)),
     "bench/spy_ceiling.py": Bench("configs/spy_summ.py:cpu", {"--games": "2"}, ("--json",)),
     "bench/spy_probe.py": Bench("configs/spy_summ.py:cpu", {"--games": "4"}, ("--json",)),
     "bench/spy_readout.py": Bench("configs/spy_summ.py:cpu",
