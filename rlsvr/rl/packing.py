@@ -39,7 +39,7 @@ B and C as in the padded layouts.
 Entry s of part m's scored positions is entry s * parts + m, as its rows and buffers.
 
 Attention costs L per token in every buffer, where a padded row costs its own length:
-on a mesh the gather of each row's window reads every data shard, so `rlsvr.train`
+on a mesh the gather of the scored positions reads every data shard, so `rlsvr.train`
 packs on one batch shard only, as it shares prompts (bench/packing.py measures
 the layouts on played rows).
 """
@@ -168,7 +168,8 @@ def packed_layout(rows_of_part: dict[int, list], c: int, b: int, pad_id: int, pa
           positions[row, at:at + n_c] = n_p + np.arange(n_c)
           segment_ids[row, at:at + n_c] = s
           branches[row, at:at + n_c] = k
-          # Hidden state k - 1 of the row predicts completion token k (k = 0: the prompt's).
+          # Completion token k is scored from the hidden state of the token before it:
+          # the prompt's last for k = 0, completion token k - 1 after that.
           hidden = [last_prompt, *(j * length + at + np.arange(n_c - 1))]
           scored[part] += zip(hidden, t.completion_ids, [i] * n_c, range(n_c))
           put_loss_row(per_row, i * n_parts + part, t, a)

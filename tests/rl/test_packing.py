@@ -171,7 +171,7 @@ def test_segments_see_only_themselves_blocked_or_not():
 
 
 # As tests/rl/test_shared_prompts.py: every split of the batch, and a mesh, where the
-# gather of each row's window reads every data shard and the update is still exact.
+# gather of the scored positions reads every data shard and the update is still exact.
 @pytest.mark.parametrize("updates,micro,share,mesh_shape", [
     (1, 0, True, None), (1, 4, True, None), (2, 0, False, None), (2, 4, True, None),
     (1, 0, True, {"data": 2, "fsdp": 2})])
