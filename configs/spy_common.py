@@ -43,6 +43,9 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   # rotated by r mod n and renumbered, its vote mapped back, so a position preference
   # earns chance in every group (`rlsvr.envs.spy.config.SpyGameConfig`).
   c.spy.detector_orders = "same"
+  # game: a game's detectors form one GRPO group (paper); prompt: those reading the same
+  # order do, each order normalised by its own spread (`SpyGameConfig.detector_groups`).
+  c.spy.detector_groups = "game"
   # independent: each game seats its spy at random (paper); stratified: a step's games seat
   # their spies at every seat equally often, which cancels a position preference within
   # the step with one prompt per game (`rlsvr.envs.spy.config.SpyGameConfig`).

@@ -10,6 +10,7 @@ TASKS = ("summarisation", "writing", "math", "facts")
 VARIANTS = ("parallel", "sequential", "no_spy")
 DETECTOR_ORDERS = ("same", "rotated")
 SPY_SEATS = ("independent", "stratified")
+DETECTOR_GROUPS = ("game", "prompt")
 _TASK_ALIASES = {"summarization": "summarisation", "summary": "summarisation",
                  "story": "writing", "creative_writing": "writing"}
 
@@ -47,6 +48,12 @@ class SpyGameConfig:
       a group of a multiple of n detectors the spy sits at every position
       equally often and a preference for a position earns nothing. Not in the
       paper: off by default.
+    detector_groups: which detectors' votes are normalised together: "game" (DESIGN.md:
+      a game's detectors form one group) or "prompt": the detectors that read the same
+      prompt, one group per order under rotated orders (GRPO's group: completions of one
+      prompt). Per prompt, an order whose vote rarely names the spy is scaled by its own
+      spread, so its lesson is not drowned by the orders the vote already gets right
+      (docs/results.md, spy game). The same groups as "game" with the paper's one order.
     spy_seats: "independent" (the paper: each game seats its spy at random) or
       "stratified": the games played together seat their spies at every seat
       equally often (in a random order, the remainder at distinct seats), so each
@@ -103,6 +110,7 @@ class SpyGameConfig:
   num_players: int = 4
   rollout_n: int = 8
   detector_orders: str = "same"
+  detector_groups: str = "game"
   spy_seats: str = "independent"
   mask_fraction: float = 0.2
   truncate_words: int = 16000
@@ -133,6 +141,8 @@ class SpyGameConfig:
         (self.spy_view in ("masked", "none"), "spy_view must be 'masked' or 'none'"),
         (self.detector_orders in DETECTOR_ORDERS,
          f"detector_orders must be one of {DETECTOR_ORDERS}"),
+        (self.detector_groups in DETECTOR_GROUPS,
+         f"detector_groups must be one of {DETECTOR_GROUPS}"),
         (self.spy_seats in SPY_SEATS, f"spy_seats must be one of {SPY_SEATS}"),
         (self.spy_seats == "independent" or self.variant == "parallel",
          "spy_seats='stratified' is for the parallel game (the sequential spy sits last)"),

@@ -15,7 +15,9 @@ A group whose raw rewards are all equal gets advantage 0 whatever the
 baselines. `state_dict` holds the baselines for checkpoints.
 
 Groups: the players of game g (all rounds) form group 2g, its detectors
-group 2g + 1. Rows of the phase not trained this step have `trained=False`.
+group 2g + 1; with `detector_groups="prompt"` the detectors of each distinct
+prompt (order) form their own group instead. Rows of the phase not trained this
+step have `trained=False`.
 """
 from __future__ import annotations
 
@@ -177,6 +179,13 @@ class SpyGame:
               else [0] * self.config.rollout_n)
     return [mechanics.rotated_order(self.config.num_players, shift) for shift in shifts]
 
+  def _detector_group(self, game: int, num_games: int, order: int) -> int:
+    """The group id of game `game`'s detectors reading its `order`-th distinct order; ids
+    past the players' 2g (`SpyGameConfig.detector_groups`)."""
+    if self.config.detector_groups == "game":
+      return 2 * game + 1
+    return 2 * num_games + game * self.config.num_players + order
+
   def _detect(self, games: list[played.Game], sample: SampleFn) -> None:
     cfg = self.config
     orders = self.detector_orders()
@@ -219,6 +228,7 @@ class SpyGame:
     detector_budget = self.detector_max_new_tokens()
     player_temperature = cfg.sampling_of("player").get("temperature")
     detector_temperature = cfg.sampling_of("detector").get("temperature")
+    order_index = {order: i for i, order in enumerate(dict.fromkeys(self.detector_orders()))}
     for game in games:
       rewards = mechanics.performance_rewards(game.votes(), game.spy, cfg.num_players, cfg.beta,
                                               cfg.lam)
@@ -234,7 +244,8 @@ class SpyGame:
       for detector in game.detectors:
         trajectory = played.trajectory(
             prompt_ids=detector.prompt_ids, completion=detector.completion,
-            group=2 * game.index + 1, role="detector", trained=phase == "decision" or cfg.joint,
+            group=self._detector_group(game.index, len(games), order_index[detector.order]),
+            role="detector", trained=phase == "decision" or cfg.joint,
             max_new_tokens=detector_budget,
             temperature=detector_temperature)
         raw = mechanics.detection_reward(detector.vote, game.spy, cfg.detection_reward)

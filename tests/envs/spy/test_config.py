@@ -38,7 +38,7 @@ def test_task_aliases():
     dict(variant="duel"), dict(num_players=1), dict(rollout_n=0), dict(rounds=0),
     dict(mask_fraction=1.5), dict(vote_pick="middle"), dict(detection_reward="x"),
     dict(training_phase="both"), dict(cycle_length=0), dict(spy_view="half"),
-    dict(detector_orders="shuffled"),
+    dict(detector_orders="shuffled"), dict(detector_groups="order"),
     dict(variant="no_spy"), dict(variant="no_spy", training_phase="clue", joint=True),
 ])
 def test_validation(overrides):

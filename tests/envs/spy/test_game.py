@@ -12,6 +12,7 @@ from rlsvr.data import bundled_corpus
 from rlsvr.envs.base import Completion
 from rlsvr.envs.spy import SpyGame, SpyGameConfig, mechanics
 from rlsvr.envs.spy.game import item_fields
+from rlsvr.rl import core
 from rlsvr.sampling import choices as choices_lib
 
 from .fakes import EOS, ByteTokenizer, ScriptedPolicy, spy_finding_detector, spy_marker_player
@@ -509,6 +510,40 @@ def test_rotated_detectors_make_a_fixed_position_earn_chance_in_every_group(orde
     rewards = [t.reward for t in _detectors(batch, g)]
     assert sum(rewards) == (hits if hits is not None else 8 * (record["spy"] == 1))
   assert batch.metrics["spy/top_position_share"] == 1.0
+
+
+@pytest.mark.parametrize("orders", ["same", "rotated"])
+def test_prompt_groups_hold_the_detectors_that_read_one_prompt(orders):
+  config = SpyGameConfig.for_task("summarisation", rollout_n=8, detector_orders=orders,
+                                  detector_groups="prompt")
+  _, _, batch = _play(config, bundled_corpus("summarisation")[:3])
+  detectors = [t for t in batch.trajectories if t.role == "detector"]
+  groups: dict[int, set] = {}
+  for t in detectors:
+    groups.setdefault(t.group_id, set()).add(tuple(t.prompt_ids))
+  assert all(len(prompts) == 1 for prompts in groups.values())  # one prompt a group
+  assert len(groups) == 3 * (config.num_players if orders == "rotated" else 1)
+  players = {t.group_id for t in batch.trajectories if t.role != "detector"}
+  assert players == {0, 2, 4} and not players & set(groups)
+
+
+def test_prompt_groups_give_a_fixed_position_no_advantage():
+  # A vote for the first position under rotated orders: per game its rewards vary over
+  # the orders (2 of 8 right), so one group per game rewards the orders where the spy
+  # happens to sit first; per prompt every group is all right or all wrong, no signal.
+  tokenizer = ByteTokenizer()
+  policy = ScriptedPolicy(tokenizer, functools.partial(spy_marker_player, task="summarisation"),
+                          lambda prompt: "\\boxed{1}")
+  advantages = {}
+  for groups in ("game", "prompt"):
+    config = SpyGameConfig.for_task("summarisation", rollout_n=8, detector_orders="rotated",
+                                    detector_groups=groups)
+    _, _, batch = _play(config, bundled_corpus("summarisation")[:2], policy=policy)
+    rows = [t for t in batch.trajectories if t.role == "detector"]
+    advantages[groups] = np.asarray(core.group_advantages(
+        np.array([t.reward for t in rows]), np.array([t.group_id for t in rows])))
+  assert np.abs(advantages["game"]).max() > 1.0
+  np.testing.assert_array_equal(advantages["prompt"], 0.0)
 
 
 @pytest.mark.parametrize("count", range(0, 14))
