@@ -52,8 +52,9 @@ class SpyGameConfig:
       a game's detectors form one group) or "prompt": the detectors that read the same
       prompt, one group per order under rotated orders (GRPO's group: completions of one
       prompt). Per prompt, an order whose vote rarely names the spy is scaled by its own
-      spread, so its lesson is not drowned by the orders the vote already gets right
-      (docs/results.md, spy game). The same groups as "game" with the paper's one order.
+      spread, so its lesson is not drowned by the orders the vote already gets right;
+      on the main job it did not help (docs/results.md, spy game). The same groups as
+      "game" with the paper's one order. Not in the paper: off by default.
     spy_seats: "independent" (the paper: each game seats its spy at random) or
       "stratified": the games played together seat their spies at every seat
       equally often (in a random order, the remainder at distinct seats), so each
