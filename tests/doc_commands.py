@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 
+from tests.warm_python import WarmPython
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 300  # Per command: a hang fails the test instead of the whole suite.
 FENCE = re.compile(r"^```(?:bash|sh|shell)[ \t]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -340,8 +342,21 @@ def plan_all() -> list[Planned]:
 # ------------------------------------------------------------------ running them
 
 
-def run(argv: list[str], cwd: str, env: dict[str, str], tmp: str) -> subprocess.CompletedProcess:
+_WARM: dict[tuple, WarmPython] = {}  # environment -> its warm interpreter, per process
+
+
+def run(argv: list[str], cwd: str, env: dict[str, str], tmp: str, warm: bool = True
+        ) -> subprocess.CompletedProcess:
+  """`argv` in `cwd`; with `warm`, a `python` command runs in a child of a warm interpreter
+  (tests/warm_python.py: the same run less the heavy imports). Not for a command that sets
+  variables of its own: the libraries read some of them on import."""
   argv = [w.replace(TMP, tmp) for w in argv]
+  interpreter_there = argv[0] != ".venv/bin/python" or os.path.exists(os.path.join(cwd, argv[0]))
+  if warm and argv[0] in PYTHONS and interpreter_there:
+    key = tuple(sorted(env.items()))
+    if key not in _WARM:
+      _WARM[key] = WarmPython(env)
+    return _WARM[key].run(argv[1:], cwd, env, TIMEOUT_S, out_dir=tmp)
   argv = [sys.executable if argv[0] in ("python", "python3") else argv[0], *argv[1:]]
   return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
                         timeout=TIMEOUT_S)
@@ -393,9 +408,10 @@ def run_planned(p: Planned, planned: list[Planned], user_clone, tmp_root: str) -
     os.makedirs(tmp, exist_ok=True)
     env, why = {**base_env, **q.env}, ""
     for before in q.smoke.before:
-      why = why or failure(run(before, clone, env, tmp), f"{shlex.join(before)} (its checkpoint)")
+      why = why or failure(run(before, clone, env, tmp, warm=not q.env),
+                           f"{shlex.join(before)} (its checkpoint)")
     if not why:
-      proc = run(q.smoke.argv, clone, env, tmp)
+      proc = run(q.smoke.argv, clone, env, tmp, warm=not q.env)
       why = failure(proc, shlex.join(w.replace(TMP, tmp) for w in q.smoke.argv))
     if not why:
       for path in q.smoke.expect_files:

@@ -21,7 +21,11 @@ the suite's 8 host devices (so the suite's compiled programs are shared), and
 `my_loss.py`, ...: `readme_examples()` of tests/test_readme_examples.py), where
 the README tells the user to put them.
 `python` / `python3` is this test's interpreter (the user's activated `.venv`);
-`.venv/bin/python` stays as written (it exists in the copy).
+`.venv/bin/python` stays as written (it must exist in the copy). Such a command runs in
+a child forked from a warm interpreter that imported JAX, transformers, orbax and
+matplotlib once per test process (tests/warm_python.py: a third of a smoke run's time;
+its tests hold argv, sys.path, exit codes and shutdown to a new interpreter's), unless
+the command sets variables of its own (libraries read some on import): then in a new one.
 
 The smoke form, rule by rule (first match wins; RULES in tests/doc_commands.py):
 
