@@ -16,6 +16,7 @@ turns a conversation into prompt ids through any tokenizer's template, and
 from __future__ import annotations
 
 import functools
+import json
 import os
 import pathlib
 import shutil
@@ -137,7 +138,22 @@ def load_tokenizer(path: str | os.PathLike[str]) -> transformers.PreTrainedToken
   """Loads the HF tokenizer saved in the local directory `path` (no hub access)."""
   if not os.path.isdir(path):
     raise FileNotFoundError(f"Not a tokenizer directory: {path}")
+  if _saved_class(path) in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+    # The class AutoTokenizer would pick too, without its lookup: that imports torch
+    # (through transformers' model configs), about 2 s of every start-up.
+    return transformers.PreTrainedTokenizerFast.from_pretrained(os.fspath(path),
+                                                                local_files_only=True)
   return transformers.AutoTokenizer.from_pretrained(os.fspath(path), local_files_only=True)
+
+
+def _saved_class(path: str | os.PathLike[str]) -> str | None:
+  """The `tokenizer_class` of `path`'s tokenizer_config.json; None when it names none."""
+  try:
+    with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+      config = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return config.get("tokenizer_class") if isinstance(config, dict) else None
 
 
 def qwen3_ranks_path() -> str:
@@ -166,9 +182,8 @@ def build_qwen3_tokenizer() -> transformers.PreTrainedTokenizerFast:
   )
   tok.decoder = decoders.ByteLevel()
   # One at a time, so ids follow the table order whatever the `special` flag.
-  for content, special in QWEN3_ADDED_TOKENS:
-    token = tokenizers.AddedToken(content, special=special, normalized=False)
-    if special:
+  for token in qwen3_added_tokens().values():
+    if token.special:
       tok.add_special_tokens([token])
     else:
       tok.add_tokens([token])
@@ -213,7 +228,16 @@ def _load_or_build(path: str) -> transformers.PreTrainedTokenizerBase:
     _build_into(pathlib.Path(path))
   # The class it was built as: AutoTokenizer would find the same one, but its lookup
   # imports torch (through transformers' model configs), seconds of every start-up.
-  return transformers.PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+  # The added tokens given, transformers does not parse the 19 MB tokenizer.json in
+  # Python for them too (about 1 s of every start-up; the Rust parse stays).
+  return transformers.PreTrainedTokenizerFast.from_pretrained(
+      path, local_files_only=True, added_tokens_decoder=qwen3_added_tokens())
+
+
+def qwen3_added_tokens() -> dict[int, tokenizers.AddedToken]:
+  """id -> the added token as `build_qwen3_tokenizer` adds it (and tokenizer.json lists it)."""
+  return {QWEN3_NUM_RANKS + i: tokenizers.AddedToken(content, special=special, normalized=False)
+          for i, (content, special) in enumerate(QWEN3_ADDED_TOKENS)}
 
 
 def _build_into(final: pathlib.Path) -> None:

@@ -1,4 +1,5 @@
 """Tests for rlsvr.model.tokenizer: Qwen3 ids equal tiktoken's, specials, chat template, cache."""
+import json
 import os
 import re
 import subprocess
@@ -9,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 import pytest
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
+import transformers
 
 from rlsvr.model import tokenizer as tokenizer_lib
 
@@ -235,6 +237,39 @@ def test_loading_the_cached_tokenizer_does_not_import_torch(tok, cache_root):
   assert out == [str(len(tok)), "False"]
 
 
+def _token_fields(token) -> dict:
+  return {k: getattr(token, k) for k in ("content", "single_word", "lstrip", "rstrip",
+                                         "normalized", "special")}
+
+
+def test_loading_leaves_tokenizer_json_to_rust(tok, cache_root, monkeypatch):
+  """Unless its added tokens are given, transformers parses the 19 MB tokenizer.json in
+  Python for them (about 1 s of every start-up); given, they are the ones the file lists."""
+  path = cache_root / "qwen3_tokenizer"
+  listed = {t.pop("id"): t for t in json.loads((path / "tokenizer.json").read_text())
+            ["added_tokens"]}
+  parsed, real_load = [], json.load
+  monkeypatch.setattr(json, "load", lambda f, *a, **k: parsed.append(
+      os.path.basename(getattr(f, "name", ""))) or real_load(f, *a, **k))
+  tokenizer_lib._load_or_build.cache_clear()
+  try:
+    fresh = tokenizer_lib.qwen3_tokenizer(cache_dir=cache_root)
+  finally:
+    tokenizer_lib._load_or_build.cache_clear()
+  assert "tokenizer.json" not in parsed and "tokenizer_config.json" in parsed
+  assert {i: _token_fields(t) for i, t in tokenizer_lib.qwen3_added_tokens().items()} == listed
+  legacy = transformers.PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
+  assert ({i: _token_fields(t) for i, t in fresh.added_tokens_decoder.items()}
+          == {i: _token_fields(t) for i, t in legacy.added_tokens_decoder.items()})
+  assert (fresh.all_special_tokens, fresh.eos_token, fresh.pad_token) == (
+      legacy.all_special_tokens, legacy.eos_token, legacy.pad_token)
+  for text in [*VARIED_TEXTS, "<|im_start|>a<think>b</think><|im_end|>"]:
+    ids = fresh.encode(text)
+    assert ids == legacy.encode(text)
+    assert fresh.decode(ids, skip_special_tokens=True) == legacy.decode(ids,
+                                                                         skip_special_tokens=True)
+
+
 def test_losing_build_race_keeps_winner(tmp_path, monkeypatch):
   final = tmp_path / "qwen3_tokenizer"
   final.mkdir()
@@ -258,6 +293,28 @@ def test_load_tokenizer_on_saved_dir(tok, tmp_path):
   assert loaded.encode(VARIED_TEXTS[3]) == tok.encode(VARIED_TEXTS[3])
   assert loaded.apply_chat_template(MESSAGES, tokenize=False) == EXPECTED_CHAT
   assert loaded.eos_token_id == 151645
+
+
+def test_a_saved_fast_tokenizer_loads_as_autotokenizer_would_without_torch(tok, tmp_path):
+  """The SmolLM2 asset's class (TokenizersBackend) is loaded directly: AutoTokenizer picks
+  the same class, but its lookup imports torch, about 2 s of the main job's start-up."""
+  tok.save_pretrained(tmp_path)
+  code = ("import sys; from rlsvr.model import tokenizer as t; "
+          f"tok = t.load_tokenizer({str(tmp_path)!r}); print(type(tok).__name__, "
+          "'torch' in sys.modules)")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       check=True, cwd=REPO).stdout.split()
+  assert out == ["TokenizersBackend", "False"]
+  ours = tokenizer_lib.load_tokenizer(tmp_path)
+  auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path), local_files_only=True)
+  assert type(ours) is type(auto)
+  assert {k: repr(v) for k, v in vars(ours).items()} == {k: repr(v) for k, v in vars(auto).items()}
+  # Another saved class still goes through AutoTokenizer.
+  config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+  (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config,
+                                                              "tokenizer_class": "Qwen2Tokenizer"}))
+  assert type(tokenizer_lib.load_tokenizer(tmp_path)) is type(
+      transformers.AutoTokenizer.from_pretrained(str(tmp_path), local_files_only=True))
 
 
 def test_load_tokenizer_missing_dir(tmp_path):
