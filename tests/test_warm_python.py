@@ -7,8 +7,8 @@ import pytest
 
 from tests.warm_python import WarmPython
 
-SHOW = ("import json, os, sys; print(json.dumps([sys.argv, sys.path[0], os.getcwd(), "
-        "__name__, os.environ.get('RLSVR_WARM_TEST')]))")
+SHOW = ("import json, os, sys; print(json.dumps([sys.argv, sys.orig_argv, sys.path[0], "
+        "os.getcwd(), __name__, os.environ.get('RLSVR_WARM_TEST')]))")
 
 
 @pytest.fixture(scope="module")

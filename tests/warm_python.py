@@ -115,6 +115,7 @@ def _child(request: dict, base_path: list[str]) -> None:
     os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
   os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
   args, code = request["args"], 0
+  sys.orig_argv = [sys.executable, *args]  # what a restart (rlsvr.runtime) runs again
   try:
     if args[0] == "-m":
       sys.argv, sys.path[:] = ["-m", *args[2:]], [os.getcwd(), *base_path]
