@@ -352,7 +352,7 @@ def run(argv: list[str], cwd: str, env: dict[str, str], tmp: str, warm: bool = T
   variables of its own: the libraries read some of them on import."""
   argv = [w.replace(TMP, tmp) for w in argv]
   interpreter_there = argv[0] != ".venv/bin/python" or os.path.exists(os.path.join(cwd, argv[0]))
-  if warm and argv[0] in PYTHONS and interpreter_there:
+  if warm and argv[0] in PYTHONS and interpreter_there and WarmPython.runs(argv[1:]):
     key = tuple(sorted(env.items()))
     if key not in _WARM:
       _WARM[key] = WarmPython(env)

@@ -71,8 +71,13 @@ def test_a_command_past_its_limit_is_killed_and_the_server_goes_on(warm, tmp_pat
   assert (ok.returncode, ok.stdout) == (0, "after\n")
 
 
-def test_another_environment_is_refused(warm, tmp_path):
+def test_another_environment_or_interpreter_options_are_refused(warm, tmp_path):
   server, env = warm
   with pytest.raises(ValueError, match="environment"):
     server.run(["-c", "pass"], str(tmp_path), {**env, "JAX_ENABLE_X64": "1"}, timeout=60,
                out_dir=str(tmp_path))
+  with pytest.raises(ValueError, match="interpreter options"):
+    server.run(["-X", "importtime", "-c", "pass"], str(tmp_path), env, timeout=60,
+               out_dir=str(tmp_path))
+  assert [WarmPython.runs(a) for a in (["-m", "x"], ["-c", "1"], ["s.py"], ["-u", "s.py"], [])
+          ] == [True, True, True, False, False]

@@ -56,6 +56,12 @@ class WarmPython:
       raise RuntimeError(f"the warm interpreter exited ({self._proc.wait()})")
     return json.loads(line)
 
+  @staticmethod
+  def runs(args: list[str]) -> bool:
+    """Whether `python *args` is a form the child runs: `-m`, `-c` or a script, no options
+    before them (`-u`, `-X ...`: the server started without them)."""
+    return bool(args) and (args[0] in ("-m", "-c") or not args[0].startswith("-"))
+
   def run(self, args: list[str], cwd: str, env: dict[str, str], timeout: float, out_dir: str
           ) -> subprocess.CompletedProcess:
     """`python *args` in `cwd`, as subprocess.run(capture_output=True, text=True) returns it
@@ -63,13 +69,18 @@ class WarmPython:
     `timeout` s, its process group killed."""
     if env != self.env:
       raise ValueError("the command's environment is not the warm interpreter's")
+    if not self.runs(args):
+      raise ValueError(f"interpreter options are not the warm interpreter's: {args[:1]}")
     out, err = os.path.join(out_dir, "stdout"), os.path.join(out_dir, "stderr")
     self._proc.stdin.write(json.dumps({"args": args, "cwd": cwd, "out": out, "err": err}) + "\n")
     deadline = time.monotonic() + timeout
     pid = self._read(None)["pid"]
     reply = self._read(deadline)
     if reply is None:
-      os.killpg(pid, signal.SIGKILL)
+      try:
+        os.killpg(pid, signal.SIGKILL)
+      except ProcessLookupError:  # killed before it made its own group
+        os.kill(pid, signal.SIGKILL)
       self._read(None)
       raise subprocess.TimeoutExpired(["python", *args], timeout)
     with open(out, encoding="utf-8", errors="replace") as f_out, \
