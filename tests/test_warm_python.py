@@ -2,9 +2,11 @@
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
+from tests import warm_python
 from tests.warm_python import WarmPython
 
 SHOW = ("import json, os, sys; print(json.dumps([sys.argv, sys.orig_argv, sys.path[0], "
@@ -69,6 +71,21 @@ def test_a_command_past_its_limit_is_killed_and_the_server_goes_on(warm, tmp_pat
   ok = server.run(["-c", "print('after')"], str(tmp_path), env, timeout=60,
                   out_dir=str(tmp_path))
   assert (ok.returncode, ok.stdout) == (0, "after\n")
+
+
+def test_a_fast_commands_two_replies_read_together_are_both_used(warm, tmp_path, monkeypatch):
+  """Its pid and exit code reach the pipe before the first read: the second reply is
+  taken from what was read, not waited for until the timeout."""
+  server, env = warm
+  real_select = warm_python.select.select
+
+  def late_select(*args):
+    time.sleep(1.0)  # the command has finished and both replies are in the pipe
+    return real_select(*args)
+
+  monkeypatch.setattr(warm_python.select, "select", late_select)
+  ok = server.run(["-c", "print('fast')"], str(tmp_path), env, timeout=5, out_dir=str(tmp_path))
+  assert (ok.returncode, ok.stdout) == (0, "fast\n")
 
 
 def test_another_environment_or_interpreter_options_are_refused(warm, tmp_path):

@@ -44,16 +44,25 @@ class WarmPython:
             "warm_python.serve()"  # so the commands cannot import the suite's modules
     self._proc = subprocess.Popen([sys.executable, "-c", start], env=self.env, text=True,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=1)
+    self._pending = b""  # read from the server's stdout, not yet a whole reply
     self._read(None)  # "ready": the libraries are imported
 
   def _read(self, deadline: float | None) -> dict | None:
-    """The server's next reply, or None when `deadline` (time.monotonic) passes first."""
-    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-    if not select.select([self._proc.stdout], [], [], timeout)[0]:
-      return None
-    line = self._proc.stdout.readline()
-    if not line:
-      raise RuntimeError(f"the warm interpreter exited ({self._proc.wait()})")
+    """The server's next reply, or None when `deadline` (time.monotonic) passes first.
+
+    Lines are split here, from the raw pipe: a buffered readline may take the next
+    reply too (a fast command's pid and exit code arrive together), and a select on
+    the pipe would then wait for a reply that was already read."""
+    fd = self._proc.stdout.fileno()
+    while b"\n" not in self._pending:
+      timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+      if not select.select([fd], [], [], timeout)[0]:
+        return None
+      chunk = os.read(fd, 1 << 16)
+      if not chunk:
+        raise RuntimeError(f"the warm interpreter exited ({self._proc.wait()})")
+      self._pending += chunk
+    line, _, self._pending = self._pending.partition(b"\n")
     return json.loads(line)
 
   @staticmethod
@@ -79,8 +88,11 @@ class WarmPython:
     if reply is None:
       try:
         os.killpg(pid, signal.SIGKILL)
-      except ProcessLookupError:  # killed before it made its own group
-        os.kill(pid, signal.SIGKILL)
+      except ProcessLookupError:  # before it made its own group, or just after it exited
+        try:
+          os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+          pass
       self._read(None)
       raise subprocess.TimeoutExpired(["python", *args], timeout)
     with open(out, encoding="utf-8", errors="replace") as f_out, \
