@@ -4,6 +4,7 @@
   python bench/spy_readout.py --mode reward --games 96         # the detectors' GRPO reward
   python bench/spy_readout.py --mode reward --set grpo.lr=3e-6 --votes 16
   python bench/spy_readout.py --mode reward --spy-line dropped  # no `*`: a fact is missing
+  python bench/spy_readout.py --mode label --spy-line played    # the untrained players' outputs
   python bench/spy_readout.py --games 2 --per-step 1 --eval-games 2 --config configs/spy_summ.py:smoke
 
 The detection phase alone, on idealised games of `--config`'s facts game (those of
@@ -11,7 +12,9 @@ The detection phase alone, on idealised games of `--config`'s facts game (those 
 masked copy or, with `--spy-line dropped`, that copy without the masked span, so the
 scripted detectors find the spy every time and only the vote has to learn), with the
 trainer's own update (`rlsvr.rl.train_step`, `--config`'s `grpo.*`) and no players to
-sample. Each game is shown in every rotation of the players' order
+sample. With `--spy-line played` the players play instead, once, with the untrained
+weights at the players' sampling (`SpyGame.perform`), and the vote learns from what a
+training run's detectors read; the held-out games' scripted ceiling is printed. Each game is shown in every rotation of the players' order
 (`spy.detector_orders=rotated`), so a fixed preferred position earns exactly chance.
 
 - `--mode reward`: per shown order, `--votes` votes drawn from the constrained vote's
@@ -46,25 +49,48 @@ from spy_probe import idealised_players  # noqa: E402
 EVAL_ROWS = 8  # Prompts per forward call: one compiled shape per length bucket.
 
 
-def shown_games(game, documents, rng, rotations: int, spy_line: str = "masked"):
-  """Per document, the detector prompts of its idealised game in `rotations` orders:
-  [(prompt ids, the spy's shown number), ...]."""
+def _orders(game, reference: str, spy: int, outputs_of, rng, rotations: int):
+  """[(prompt ids, the spy's shown number), ...] of one game in `rotations` orders (one:
+  a random rotation); `outputs_of(order)` is what the detector reads in that order."""
   from rlsvr.envs.spy import prompts  # noqa: PLC0415
   from rlsvr.envs.spy.mechanics import rotated_order  # noqa: PLC0415
 
-  cfg, n = game.config, game.config.num_players
+  n = game.config.num_players
+  first = int(rng.integers(n)) if rotations == 1 else 0
+  orders = []
+  for r in range(first, first + rotations):
+    order = rotated_order(n, r)  # Shown number k + 1 is player order[k].
+    prompt = prompts.detector_prompt(game.config, reference=reference, outputs=outputs_of(order))
+    orders.append((game.encode(prompt, game.prefill("detector")), order.index(spy) + 1))
+  return orders
+
+
+def shown_games(game, documents, rng, rotations: int, spy_line: str = "masked"):
+  """Per document, the detector prompts of its idealised game in `rotations` orders:
+  [(prompt ids, the spy's shown number), ...]."""
   out = []
   for document in documents:
-    document, spy, texts = idealised_players(cfg, document, rng, spy_line)
-    first = int(rng.integers(n)) if rotations == 1 else 0
-    orders = []
-    for r in range(first, first + rotations):
-      order = rotated_order(n, r)  # Shown number k + 1 is player order[k].
-      shown = [(1, k + 1, texts[p]) for k, p in enumerate(order)]
-      prompt = prompts.detector_prompt(cfg, reference=document, outputs=shown)
-      orders.append((game.encode(prompt, game.prefill("detector")), order.index(spy) + 1))
-    out.append(orders)
+    document, spy, texts = idealised_players(game.config, document, rng, spy_line)
+    outputs_of = lambda order, texts=texts: [(1, k + 1, texts[p]) for k, p in enumerate(order)]
+    out.append(_orders(game, document, spy, outputs_of, rng, rotations))
   return out
+
+
+def played_games(game, documents, rng, rotations: int, sample, per_call: int = 16):
+  """As `shown_games`, for games whose players played (`SpyGame.perform`, `sample` at the
+  players' sampling, `per_call` games a sampler call): the detectors read what the game
+  shows them, so the vote learns from the outputs a training run's detectors see. Also
+  the scripted detectors' accuracy on each game (`scripted.game_accuracies`)."""
+  from rlsvr.envs.spy import scripted  # noqa: PLC0415
+
+  out, ceiling = [], []
+  for i in range(0, len(documents), per_call):
+    for played in game.perform(documents[i:i + per_call], sample, rng):
+      out.append(_orders(game, played.reference, played.spy, played.public_outputs, rng,
+                         rotations))
+      ceiling.append(scripted.game_accuracies(
+          played.reference, played.player_texts(game.config.num_players), played.spy))
+  return out, ceiling
 
 
 def make_vote_probs(model_config, first_tokens, temperature: float, pad_id: int):
@@ -97,6 +123,21 @@ def make_vote_probs(model_config, first_tokens, temperature: float, pad_id: int)
     return np.concatenate(out)
 
   return probs
+
+
+def make_players_sample(c, model_config, tokenizer, params, seed: int):
+  """sample(prompts, **kw) with `params`: the trainer's sampler, a new key each call."""
+  import itertools  # noqa: PLC0415
+
+  from rlsvr import seeding  # noqa: PLC0415
+  from rlsvr.model.tokenizer import stop_ids  # noqa: PLC0415
+  from rlsvr.sampling import Sampler  # noqa: PLC0415
+
+  sampler = Sampler(model_config, eos_ids=stop_ids(model_config, tokenizer), tokenizer=tokenizer,
+                    max_rows=c.sampling.max_rows, max_cache_tokens=c.sampling.max_cache_tokens)
+  calls = itertools.count()
+  return lambda prompts, **kw: sampler(params, prompts,
+                                       seed=seeding.derive(seed, "readout", next(calls)), **kw)
 
 
 def evaluate(probs_fn, params, held_out, n: int) -> dict[str, float]:
@@ -146,9 +187,10 @@ def main(argv=None) -> dict:
   parser.add_argument("--votes", type=int, default=8, help="reward mode: votes per shown order")
   parser.add_argument("--eval-games", type=int, default=64)
   parser.add_argument("--eval-every", type=int, default=4, help="steps")
-  parser.add_argument("--spy-line", choices=("masked", "dropped"), default="masked",
-                      help="the spy's output: its masked copy, or that copy without the "
-                           "masked span (no `*` to see, a fact missing)")
+  parser.add_argument("--spy-line", choices=("masked", "dropped", "played"), default="masked",
+                      help="the players' outputs: idealised (the spy's is its masked copy, "
+                           "or that copy without the masked span), or played by the "
+                           "config's untrained model at the players' sampling")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--json", default=None)
   args = parser.parse_args(argv)
@@ -157,7 +199,7 @@ def main(argv=None) -> dict:
 
   from rlsvr import runtime  # noqa: PLC0415
   from rlsvr.data.bundled import fact_sheets  # noqa: PLC0415
-  from rlsvr.envs.spy import SpyGame  # noqa: PLC0415
+  from rlsvr.envs.spy import SpyGame, scripted  # noqa: PLC0415
   from rlsvr.envs.spy.experiment import game_config  # noqa: PLC0415
   from rlsvr.model import sources  # noqa: PLC0415
   from rlsvr.rl.batch import build_batch  # noqa: PLC0415
@@ -183,8 +225,18 @@ def main(argv=None) -> dict:
   rng = np.random.default_rng(args.seed)
   # The held-out games first: the same for every --games.
   documents = fact_sheets(args.eval_games + args.games, seed=args.seed + 1)
-  held_out = shown_games(game, documents[:args.eval_games], rng, 1, args.spy_line)
-  train_games = shown_games(game, documents[args.eval_games:], rng, n, args.spy_line)
+  if args.spy_line == "played":
+    t0 = time.time()
+    sample = make_players_sample(c, model_config, tokenizer, sampling_params(state), args.seed)
+    held_out, ceiling = played_games(game, documents[:args.eval_games], rng, 1, sample)
+    train_games, _ = played_games(game, documents[args.eval_games:], rng, n, sample)
+    summary = scripted.summarise(ceiling)
+    print(f"played {len(documents)} games in {time.time() - t0:.0f} s; held-out ceiling: "
+          + ", ".join(f"{k} {m:.3f} ± {se:.3f}" for k, (m, se) in summary.items()), flush=True)
+  else:
+    held_out = shown_games(game, documents[:args.eval_games], rng, 1, args.spy_line)
+    train_games = shown_games(game, documents[args.eval_games:], rng, n, args.spy_line)
+    summary = {}
   multiple = gcfg.updates_per_batch * (c.grpo.micro_batch_size or 1)
   print(f"{args.config} {args.mode}, spy line {args.spy_line}: {args.games} training games x {n} orders, "
         f"{args.per_step} a step, held-out {args.eval_games}; lr {gcfg.lr}, "
@@ -218,7 +270,9 @@ def main(argv=None) -> dict:
       report(step + 1, update_s)
   result = {"config": args.config, "mode": args.mode, "spy_line": args.spy_line,
             "sets": args.set, "votes": args.votes,
-            "per_step": args.per_step, "lr": gcfg.lr, "curve": curve}
+            "per_step": args.per_step, "lr": gcfg.lr,
+            "held_out_ceiling": {k: {"mean": m, "se": se} for k, (m, se) in summary.items()},
+            "curve": curve}
   if args.json:
     with open(args.json, "w") as f:
       json.dump(result, f, indent=1)

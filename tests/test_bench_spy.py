@@ -1,6 +1,7 @@
 """bench/spy_ceiling.py and bench/learning_spy.py end to end on the smoke game (seconds);
 bench/spy_probe.py's prompts and probes."""
 import json
+import re
 import sys
 
 import numpy as np
@@ -147,6 +148,36 @@ def test_readout_games_show_each_game_in_every_order_with_the_spy_where_it_says(
       starred = [line for line in text.split("\n") if line.startswith("Player ") and "*" in line]
       assert len(starred) == 1 and starred[0].startswith(f"Player {spy}:")
   (one,) = spy_readout.shown_games(game, fact_sheets(1, seed=5), np.random.default_rng(0), 1)
+  assert len(one) == 1
+
+
+def test_readout_played_games_show_what_the_players_wrote_with_the_spy_where_it_says():
+  import functools
+
+  from bench import spy_readout
+  from rlsvr.envs.spy import SpyGame, SpyGameConfig
+  from tests.envs.spy.fakes import ByteTokenizer, ScriptedPolicy, spy_marker_player
+
+  tokenizer = ByteTokenizer()
+  game = SpyGame(SpyGameConfig.for_task("summarisation", mask_fraction=0.3), tokenizer)
+  policy = ScriptedPolicy(tokenizer, functools.partial(spy_marker_player, task="summarisation"),
+                          detector=None)
+  documents = [f"Sheet {i}: the fox is {i} years old and lives in Oslo." for i in range(5)]
+  games, ceiling = spy_readout.played_games(game, documents, np.random.default_rng(0), 4,
+                                            policy, per_call=2)
+  assert [len(texts) for texts, _ in policy.calls] == [8, 8, 4]  # 4 players a game
+  assert len(games) == len(ceiling) == 5
+  for document, orders in zip(documents, games):
+    assert sorted(spy for _, spy in orders) == [1, 2, 3, 4]
+    for ids, spy in orders:
+      text = tokenizer.decode(ids)
+      assert document in text  # The detectors read the reference, as in the game.
+      lines = [line for line in text.split("\n") if re.match(r"Player \d+", line)]
+      assert len(lines) == 4 and all("P" in line and "text" in line for line in lines)
+      (spy_line,) = [line for line in lines if "-SPY" in line]
+      assert spy_line.startswith(f"Player {spy}:")
+  assert all(set(c) >= {"least_recall", "best_per_game"} for c in ceiling)
+  (one,), _ = spy_readout.played_games(game, documents[:1], np.random.default_rng(0), 1, policy)
   assert len(one) == 1
 
 

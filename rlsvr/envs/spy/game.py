@@ -280,14 +280,21 @@ class SpyGame:
     for t in trained:  # Unchanged under `pre_update`: the EMA they were played with.
       t.baseline = baselines[t.role]
 
-  def _play_games(self, items: Sequence[Any], sample: SampleFn,
-                  rng: np.random.Generator) -> list[played.Game]:
-    """Plays one game per item: players perform, detectors vote; the spy is known after."""
+  def perform(self, items: Sequence[Any], sample: SampleFn,
+              rng: np.random.Generator) -> list[played.Game]:
+    """One game per item with its players' turns played and no vote yet (what the
+    detectors will read; `bench/spy_readout.py` trains the vote on such games)."""
     seats = (mechanics.stratified_seats(len(items), self.config.num_players, rng)
              if self.config.spy_seats == "stratified" else [None] * len(items))
     games = [self._new_game(i, item, rng, seat)
              for i, (item, seat) in enumerate(zip(items, seats))]
     self._perform(games, sample)
+    return games
+
+  def _play_games(self, items: Sequence[Any], sample: SampleFn,
+                  rng: np.random.Generator) -> list[played.Game]:
+    """Plays one game per item: players perform, detectors vote; the spy is known after."""
+    games = self.perform(items, sample, rng)
     self._detect(games, sample)
     for game in games:
       if game.spy is None:
@@ -340,7 +347,7 @@ class SpyGame:
            "chance_detect_acc": 1.0 / n}
     if games and self.config.variant != "no_spy":  # Its "spy" is the most voted by rule.
       out.update(heldout.with_se("caught", caught))
-      per_game = [scripted.game_accuracies(g.reference, _player_texts(g, n), g.spy) for g in games]
+      per_game = [scripted.game_accuracies(g.reference, g.player_texts(n), g.spy) for g in games]
       for name in per_game[0]:
         out.update(heldout.with_se(f"ceiling/{name}", [a[name] for a in per_game]))
     for role in ("spy", "civilian"):
@@ -403,14 +410,6 @@ class SpyGame:
       metrics[f"spy/clip_ratio/{role}"] = float(np.mean(
           [r.trajectory.finish_reason == "length" for r in role_rows]))
     return metrics
-
-
-def _player_texts(game: played.Game, num_players: int) -> list[str]:
-  """Every player's public outputs over all rounds, one text per player (index k - 1)."""
-  texts = [[] for _ in range(num_players)]
-  for turn in game.turns:
-    texts[turn.player - 1].append(turn.public.text)
-  return ["\n".join(t) for t in texts]
 
 
 def _spy_strictly_most_voted(game: played.Game, num_players: int) -> bool:

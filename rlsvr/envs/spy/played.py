@@ -64,6 +64,13 @@ class Game:
     shown = {player: k for k, player in enumerate(order, start=1)}
     return sorted((t.round, shown[t.player], t.public.text) for t in self.turns)
 
+  def player_texts(self, num_players: int) -> list[str]:
+    """Every player's public outputs over all rounds, one text per player (index k - 1)."""
+    texts = [[] for _ in range(num_players)]
+    for turn in self.turns:
+      texts[turn.player - 1].append(turn.public.text)
+    return ["\n".join(t) for t in texts]
+
   def votes(self) -> list[mechanics.Vote]:
     return [d.vote for d in self.detectors]
 
