@@ -77,6 +77,8 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   c.spy.vote_abstain = True
   # The detectors' sampling temperature; unset: sampling.temperature's, as every call's.
   c.spy.detector_temperature = placeholder(float)
+  # The players' outputs end after the first of these, e.g. ("\n",): one-line answers.
+  c.spy.player_stop_strings = ()
   c.data.source = "bundled" if "bundled" in variants else "hub"
   # 640 Ki cache slots per sampler slice on an 8-GPU node: 16 player rows (P=24576 +
   # N=4096 each), 64 detector rows (8 shared 40k-token prompts + 64 x 4096); more do not

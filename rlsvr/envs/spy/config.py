@@ -105,6 +105,9 @@ class SpyGameConfig:
       and GRPO's gradient sharpens it further, while the players write better
       there (docs/results.md, spy game). Each row's temperature goes to the
       update (`Trajectory.temperature`). Not in the paper: unset by default.
+    player_stop_strings: the players' outputs (and the plain task prompt's) end
+      right after the first of these (the sampler's `stop_strings`), e.g. `("\\n",)`
+      for a one-line answer. Not in the paper: none by default.
   """
 
   task: str = "summarisation"
@@ -134,9 +137,12 @@ class SpyGameConfig:
   vote_abstain: bool = True
   sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
   detector_temperature: float | None = None
+  player_stop_strings: tuple[str, ...] = ()
 
   def __post_init__(self):
     object.__setattr__(self, "task", canonical_task(self.task))
+    if isinstance(self.player_stop_strings, list):  # From a JSON or YAML config.
+      object.__setattr__(self, "player_stop_strings", tuple(self.player_stop_strings))
     checks = [
         (self.variant in VARIANTS, f"variant must be one of {VARIANTS}"),
         (self.spy_view in ("masked", "none"), "spy_view must be 'masked' or 'none'"),
@@ -162,6 +168,9 @@ class SpyGameConfig:
          "vote_abstain=False needs constrained_vote (a free vote may always write N/A)"),
         (self.detector_temperature is None or self.detector_temperature >= 0,
          "detector_temperature must be >= 0"),
+        (isinstance(self.player_stop_strings, (tuple, list))
+         and all(isinstance(x, str) and x for x in self.player_stop_strings),
+         "player_stop_strings must be a tuple of non-empty strings"),
         (0.0 <= self.baseline_momentum <= 1.0, "baseline_momentum must be in [0, 1]"),
         (self.baseline_order in mechanics.BASELINE_ORDERS,
          f"baseline_order must be one of {mechanics.BASELINE_ORDERS}"),
@@ -176,6 +185,8 @@ class SpyGameConfig:
     """The sampling arguments of `role`'s calls ("player" or "detector")."""
     if role == "detector" and self.detector_temperature is not None:
       return {**self.sampling, "temperature": self.detector_temperature}
+    if role == "player" and self.player_stop_strings:
+      return {**self.sampling, "stop_strings": tuple(self.player_stop_strings)}
     return dict(self.sampling)
 
   @classmethod

@@ -392,6 +392,30 @@ def test_detectors_sample_at_their_own_temperature_and_their_rows_say_so():
     SpyGameConfig.for_task("facts", detector_temperature=-1.0)
 
 
+def test_player_stop_strings_end_the_players_and_plain_outputs_not_the_votes():
+  from configs.spy_summ import get_config
+  from rlsvr.envs.spy.experiment import game_config
+
+  tokenizer = ByteTokenizer()
+  config = SpyGameConfig.for_task("summarisation", rollout_n=2, sampling={"temperature": 0.7},
+                                  player_stop_strings=["\n"])
+  assert config.player_stop_strings == ("\n",)
+  policy = ScriptedPolicy(tokenizer, functools.partial(spy_marker_player, task="summarisation"),
+                          spy_finding_detector)
+  SpyGame(config, tokenizer).evaluate(bundled_corpus("summarisation")[:2], policy,
+                                      np.random.default_rng(0))
+  players, detectors, plain = (sampling for _, sampling in policy.calls)
+  assert players["stop_strings"] == plain["stop_strings"] == ("\n",)
+  assert "stop_strings" not in detectors and players["temperature"] == 0.7
+  c = get_config("cpu")
+  assert game_config(c).player_stop_strings == ()
+  c.spy.player_stop_strings = ("\n",)
+  assert game_config(c).sampling_of("player")["stop_strings"] == ("\n",)
+  for bad in ("\n", ("",), (1,)):
+    with pytest.raises(ValueError, match="player_stop_strings must be a tuple"):
+      SpyGameConfig.for_task("facts", player_stop_strings=bad)
+
+
 def test_evaluate_scores_games_without_touching_the_training_state():
   config = SpyGameConfig.for_task("summarisation", rollout_n=2, constrained_vote=True,
                                   answer_prefill=True)
