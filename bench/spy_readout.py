@@ -14,8 +14,9 @@ scripted detectors find the spy every time and only the vote has to learn), with
 trainer's own update (`rlsvr.rl.train_step`, `--config`'s `grpo.*`) and no players to
 sample. With `--spy-line played` the players play instead, once, with the untrained
 weights at the players' sampling (`SpyGame.perform`), and the vote learns from what a
-training run's detectors read; the held-out games' scripted ceiling is printed. Each game is shown in every rotation of the players' order
-(`spy.detector_orders=rotated`), so a fixed preferred position earns exactly chance.
+training run's detectors read; the held-out games' scripted ceiling is printed. Each
+game is shown in every rotation of the players' order (`spy.detector_orders=rotated`),
+so a fixed preferred position earns exactly chance.
 
 - `--mode reward`: per shown order, `--votes` votes drawn from the constrained vote's
   distribution (the model's restricted to `1}`..`n}`, `N/A}` at the detectors' sampling
