@@ -19,6 +19,7 @@ The same pattern serves the judge workers (rlsvr/workers.py).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -89,10 +90,8 @@ class WarmPython:
       try:
         os.killpg(pid, signal.SIGKILL)
       except ProcessLookupError:  # before it made its own group, or just after it exited
-        try:
+        with contextlib.suppress(ProcessLookupError):
           os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-          pass
       self._read(None)
       raise subprocess.TimeoutExpired(["python", *args], timeout)
     with open(out, encoding="utf-8", errors="replace") as f_out, \

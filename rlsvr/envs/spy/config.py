@@ -168,7 +168,7 @@ class SpyGameConfig:
          "vote_abstain=False needs constrained_vote (a free vote may always write N/A)"),
         (self.detector_temperature is None or self.detector_temperature >= 0,
          "detector_temperature must be >= 0"),
-        (isinstance(self.player_stop_strings, (tuple, list))
+        (isinstance(self.player_stop_strings, tuple)
          and all(isinstance(x, str) and x for x in self.player_stop_strings),
          "player_stop_strings must be a tuple of non-empty strings"),
         (0.0 <= self.baseline_momentum <= 1.0, "baseline_momentum must be in [0, 1]"),
@@ -186,7 +186,7 @@ class SpyGameConfig:
     if role == "detector" and self.detector_temperature is not None:
       return {**self.sampling, "temperature": self.detector_temperature}
     if role == "player" and self.player_stop_strings:
-      return {**self.sampling, "stop_strings": tuple(self.player_stop_strings)}
+      return {**self.sampling, "stop_strings": self.player_stop_strings}
     return dict(self.sampling)
 
   @classmethod
