@@ -66,7 +66,10 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.lr = 1e-6  # AdamW learning rate (paper).
-  c.grpo.warmup_steps = 0  # Linear warmup steps.
+  c.grpo.warmup_steps = 0  # Linear warmup updates.
+  c.grpo.lr_schedule = "constant"  # After the warmup: constant (verl's default) | linear | cosine.
+  c.grpo.min_lr_ratio = 0.0  # linear/cosine end at lr * min_lr_ratio...
+  c.grpo.decay_steps = 0  # ...at this update; 0: the run's last (steps * updates_per_batch).
   c.grpo.weight_decay = 0.01  # AdamW weight decay.
   c.grpo.max_grad_norm = 1.0  # Global-norm gradient clipping.
   c.grpo.clip_low = 0.2  # PPO ratio clip below 1.

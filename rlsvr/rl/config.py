@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from rlsvr.rl import advantages, core, losses
 
 DTYPES = ("float32", "bfloat16")
+LR_SCHEDULES = ("constant", "linear", "cosine")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,7 +22,12 @@ class GRPOConfig:
   """Hyperparameters of the update (verl's names in comments where they differ)."""
 
   lr: float = 1e-6
-  warmup_steps: int = 0  # Linear warmup from 0 to `lr`, then constant.
+  warmup_steps: int = 0  # Linear warmup from 0 to `lr` over this many updates.
+  # After the warmup: constant | linear | cosine (`rlsvr.rl.optimizer`; verl and TRL:
+  # lr_scheduler_type), decaying to lr * min_lr_ratio at update `decay_steps`.
+  lr_schedule: str = "constant"
+  min_lr_ratio: float = 0.0  # verl: min_lr_ratio
+  decay_steps: int = 0  # Updates of the whole run; `rlsvr.train` sets it when left 0.
   weight_decay: float = 0.01
   b1: float = 0.9
   b2: float = 0.999
@@ -84,6 +90,13 @@ class GRPOConfig:
     for name, known in names:
       if getattr(self, name) not in known:
         raise ValueError(f"{name}={getattr(self, name)!r} is not one of {known}")
+    if self.lr_schedule not in LR_SCHEDULES:
+      raise ValueError(f"lr_schedule={self.lr_schedule!r} is not one of {LR_SCHEDULES}")
+    if self.lr_schedule != "constant" and self.decay_steps <= max(self.warmup_steps, 0):
+      raise ValueError(f"lr_schedule={self.lr_schedule!r} decays after the warmup: decay_steps "
+                       f"({self.decay_steps}) must exceed warmup_steps ({self.warmup_steps})")
+    if not 0.0 <= self.min_lr_ratio <= 1.0:
+      raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
     if self.kl_kind.rstrip("+") not in core.KL_KINDS:
       raise ValueError(f"kl_kind={self.kl_kind!r} is not one of {core.KL_KINDS}")
     if self.loss_agg_mode == "seq-mean-token-sum-norm" and self.loss_scale_factor <= 0:

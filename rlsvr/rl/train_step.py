@@ -1,4 +1,4 @@
-"""The GRPO update: `TrainState`, the optimizer and one jitted `train_step`.
+"""The GRPO update: `TrainState` and one jitted `train_step` (optimizer: `rlsvr.rl.optimizer`).
 
   state = init_train_state(model_config, GRPOConfig(...), params)
   state, metrics = train_step(state, batch)      # jitted once, state donated
@@ -80,6 +80,7 @@ from rlsvr.model.config import ModelConfig
 from rlsvr.rl import core, losses
 from rlsvr.rl.config import DTYPES, GRPOConfig  # noqa: F401  (public here: rlsvr.train uses DTYPES)
 from rlsvr.rl.logprobs import packed_logprobs, shared_prompt_logprobs, token_logprobs
+from rlsvr.rl.optimizer import lr_schedule, make_optimizer
 
 Params = Any
 
@@ -101,22 +102,6 @@ class TrainState:
   config: GRPOConfig = flax.struct.field(pytree_node=False)
   mesh: jax.sharding.Mesh | None = flax.struct.field(pytree_node=False, default=None)
   lora: lora_lib.LoraConfig | None = flax.struct.field(pytree_node=False, default=None)
-
-
-def lr_schedule(config: GRPOConfig) -> optax.Schedule:
-  if config.warmup_steps <= 0:
-    return optax.constant_schedule(config.lr)
-  return optax.join_schedules(
-      [optax.linear_schedule(0.0, config.lr, config.warmup_steps),
-       optax.constant_schedule(config.lr)], [config.warmup_steps])
-
-
-def make_optimizer(config: GRPOConfig) -> optax.GradientTransformation:
-  """Global-norm clipping, then AdamW with the warmup schedule."""
-  return optax.chain(
-      optax.clip_by_global_norm(config.max_grad_norm),
-      optax.adamw(lr_schedule(config), b1=config.b1, b2=config.b2, eps=config.adam_eps,
-                  weight_decay=config.weight_decay))
 
 
 def _cast(tree, dtype):
