@@ -6,8 +6,9 @@ Variants (comma-separated, e.g. `configs/spy_summ.py:cpu,sequential`):
               summarisation plays the "facts" task (short generated fact sheets)
   cpu_long    `cpu` run longer, with more held-out games
   detectors   with cpu: the detectors alone learn the played game, one game a step and
-              256 rotated votes; 24 decision steps (~11 min, the README's main job), with
-              cpu_long 48 at half the learning rate (docs/results.md, ~30 min)
+              256 rotated votes; 24 decision steps, players at 0.3 and a cosine-decayed
+              learning rate (~20 min, the README's main job); with cpu_long the earlier
+              48-step recipe (players at 0.7, constant lr; docs/results.md, ~30 min)
   reports     with cpu: summarisation of the bundled ~80-word reports instead of fact sheets
   smoke       tiny random Qwen3 with the real Qwen3 tokenizer; seconds (tests)
   sequential  the two-player sequential game
@@ -133,8 +134,6 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
   if "detectors" in variants:
     # The played game whose detectors learn (docs/results.md, "The played game teaches"):
     # the players stay untrained, so this measures whether the game's reward teaches the vote.
-    # 24 steps at 6e-5 fit the main job's ~ten minutes; 48 at 3e-5 (cpu_long) reached the
-    # same held-out mean over 3 seeds and moved the players less (docs/results.md).
     c.steps = 48 if long_run else 24
     c.spy.training_phase = "decision"
     c.spy.games_per_step = 1
@@ -145,11 +144,22 @@ def spy_config(task: str, arg: str | None) -> ml_collections.ConfigDict:
     c.spy.constrained_vote = True
     c.spy.vote_abstain = False  # With N/A the votes abstained rather than guess.
     c.spy.mask_fraction = 0.4  # The spy's summary misses facts (least-recall rule: ~1.0).
-    # Players write at 0.7 (their summaries carry the sheet), votes draw at 1.0: at 0.7 one
-    # number took every vote within a few steps.
+    # Votes draw at 1.0: at 0.7 one number took every vote within a few steps.
     c.spy.detector_temperature = 1.0
-    c.grpo.lr = 3e-5 if long_run else 6e-5
-    c.grpo.warmup_steps = 12 if long_run else 4
+    if long_run:  # The 48-step recipe of docs/results.md, players at 0.7.
+      c.grpo.lr = 3e-5
+      c.grpo.warmup_steps = 12
+    else:
+      # Players at 0.3, one line each: every civilian restates the sheet (recall 0.99), so
+      # only the spy's line differs; at 0.7 one civilian in six wrote something else and the
+      # vote read the games slowly (docs/results.md, "Players that copy the sheet").
+      c.sampling.temperature = 0.3
+      c.spy.player_stop_strings = ("\n",)
+      # A cosine decay to 0 by the last step: at a constant rate the vote learnt, then
+      # drifted off it by step 24 (docs/results.md, "A decaying learning rate").
+      c.grpo.lr = 8e-5
+      c.grpo.warmup_steps = 4
+      c.grpo.lr_schedule = "cosine"
     # Without the KL to the initial weights the vote drifted onto one number in 1-11 steps
     # at every votes count and warmup tried; at 0.2 it learnt instead.
     c.grpo.kl_coef = 0.2

@@ -109,8 +109,11 @@ PLAYED_RECIPE = (
 
 @pytest.mark.parametrize("variants,changed,every", [
     ("cpu_long,detectors", (), 8),
-    # The main job: the first half of it at twice the learning rate (results.md's 24-step row).
-    ("cpu,detectors", ("steps=24", "grpo.lr=6e-5", "grpo.warmup_steps=4"), 4)])
+    # The main job: 24 steps, the players at 0.3 on one line, the rate decayed (results.md,
+    # "A decaying learning rate").
+    ("cpu,detectors", ("steps=24", "grpo.lr=8e-5", "grpo.warmup_steps=4",
+                       "grpo.lr_schedule=cosine", "sampling.temperature=0.3",
+                       "spy.player_stop_strings=('\\n',)"), 4)])
 def test_the_detectors_variant_is_the_recipe_the_results_were_made_with(variants, changed,
                                                                         every):
   recipe = parse("configs/spy_summ.py:cpu",
