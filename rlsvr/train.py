@@ -85,7 +85,9 @@ def grpo_config(c):
     # The longest completion the environment allows, as verl's fixed padding divides by.
     grpo["loss_scale_factor"] = float(max(completion_limits(c).values()))
   if grpo.get("lr_schedule", "constant") != "constant" and not grpo.get("decay_steps"):
-    grpo["decay_steps"] = c.steps * grpo.get("updates_per_batch", 1)
+    # The run's updates; a run shorter than its warmup (a smoke test) ends inside the warmup.
+    grpo["decay_steps"] = max(c.steps * grpo.get("updates_per_batch", 1),
+                              grpo.get("warmup_steps", 0) + 1)
   # The update scores tokens under the distribution they were sampled from.
   temperature = c.sampling.temperature if c.sampling.temperature > 0 else 1.0
   try:

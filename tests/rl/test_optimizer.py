@@ -82,3 +82,8 @@ def test_the_trainer_decays_over_the_runs_updates():
   c.grpo.lr_schedule = "constant"
   c.grpo.decay_steps = 0
   assert dataclasses.asdict(grpo_config(c))["decay_steps"] == 0
+  # Shortened below its warmup (`--config.steps=2` of a 4-step warmup): it ends warming up.
+  c.grpo.lr_schedule, c.steps, c.grpo.updates_per_batch, c.grpo.warmup_steps = "cosine", 2, 1, 4
+  config = grpo_config(c)
+  assert config.decay_steps == 5
+  assert [float(lr_schedule(config)(k)) for k in range(2)] == pytest.approx([0.0, c.grpo.lr / 4])
