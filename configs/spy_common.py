@@ -7,7 +7,7 @@ Variants (comma-separated, e.g. `configs/spy_summ.py:cpu,sequential`):
   cpu_long    `cpu` run longer, with more held-out games
   detectors   with cpu: the detectors alone learn the played game, one game a step and
               256 rotated votes; 24 decision steps, players at 0.3 and a cosine-decayed
-              learning rate (~20 min, the README's main job); with cpu_long the earlier
+              learning rate (16-22 min, the README's main job); with cpu_long the earlier
               48-step recipe (players at 0.7, constant lr; docs/results.md, ~30 min)
   reports     with cpu: summarisation of the bundled ~80-word reports instead of fact sheets
   smoke       tiny random Qwen3 with the real Qwen3 tokenizer; seconds (tests)
