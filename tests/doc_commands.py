@@ -20,7 +20,7 @@ FENCE = re.compile(r"^```(?:bash|sh|shell)[ \t]*\n(.*?)^```", re.MULTILINE | re.
 PYTHONS = ("python", "python3", ".venv/bin/python")
 CPU_VARIANTS = ("cpu", "cpu_long")  # Replaced by `smoke` in the smoke form.
 NOT_RUN = {  # argv prefix -> why the smoke form is not to run it.
-    ("bash", "scripts/train.sh"): "runs scripts/setup.sh, then the 16-minute main job; its "
+    ("bash", "scripts/train.sh"): "runs scripts/setup.sh, then the 16-22-minute main job; its "
                                   "trainer command is the train rule's spy_summ.py form",
     ("bash", "scripts/test.sh"): "runs scripts/setup.sh, then the whole suite (this test "
                                  "included); CI runs exactly this command",

@@ -31,7 +31,7 @@ The smoke form, rule by rule (first match wins; RULES in tests/doc_commands.py):
 
 - `bash scripts/train.sh`, `bash scripts/test.sh`, `python -m pytest`: not run.
   Both scripts first run scripts/setup.sh (builds `.venv`, fetches models), then
-  the 16-minute main job or the whole suite, which holds this test; CI runs
+  the 16-22-minute main job or the whole suite, which holds this test; CI runs
   `bash scripts/test.sh` itself, and the main job's trainer command is the
   train rule's `spy_summ.py` form. They show up as skipped tests with this reason.
 - `python -m rlsvr.train --config=FILE[:variants] ...`: the variants lose `cpu` and
